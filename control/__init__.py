@@ -1,0 +1,1 @@
+"""Control: limits, the admission gate and the signals they read. Never imports engine internals."""

@@ -1,0 +1,53 @@
+"""Engine configuration shared by every backend."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from engine.contract import KVPolicy
+
+BLOCK_SIZE_MULTIPLE = 32  # the CPU attention backend accepts only multiples of 32
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str = "tiny"  # tiny, smollm2 or a local folder
+    block_size: int = 32
+    pool_blocks: int = 256
+    policy: KVPolicy = field(default_factory=KVPolicy)
+    max_model_len: int | None = None  # None: derived from the pool and the model
+    seed: int = 0
+    vllm_args: tuple[tuple[str, object], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.block_size < BLOCK_SIZE_MULTIPLE or self.block_size % BLOCK_SIZE_MULTIPLE:
+            raise ValueError(
+                f"block size {self.block_size} must be a positive multiple of "
+                f"{BLOCK_SIZE_MULTIPLE} (32, 64, 96, ...)")
+        if self.pool_blocks < 2:
+            raise ValueError(f"pool blocks {self.pool_blocks} must be ≥ 2")
+        self.policy.check_block_size(self.block_size)
+        per_session = self.policy.blocks_per_session(self.block_size)
+        if per_session is not None and self.pool_blocks < per_session:
+            raise ValueError(
+                f"pool of {self.pool_blocks} blocks is smaller than one session's window "
+                f"({per_session} blocks of {self.block_size} tokens); allowed: pool ≥ {per_session}")
+        if self.max_model_len is not None and self.max_model_len < self.block_size:
+            raise ValueError(f"max model len {self.max_model_len} must be ≥ {self.block_size}")
+
+
+def parse_vllm_args(items: list[str] | tuple[str, ...]) -> tuple[tuple[str, object], ...]:
+    """`key=value` strings to typed pairs: `tensor_parallel_size=2`, `gpu_memory_utilization=0.8`."""
+    parsed = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip().lstrip("-").replace("-", "_")
+        if not sep or not key:
+            raise ValueError(f"vLLM argument {item!r} must look like key=value")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        parsed.append((key, value))
+    return tuple(parsed)

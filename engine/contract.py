@@ -1,0 +1,153 @@
+"""The Engine contract: the boundary between the runtime and a serving backend.
+
+Shapes follow vLLM's scheduler/KV-manager split: the runtime owns sessions and deadlines, the
+engine owns blocks. Running out of blocks is a normal outcome (frames wait, PoolStats shows it),
+never an exception; misuse (unknown session, bad policy) is a ValueError.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+POLICIES = ("unbounded", "window")
+
+
+@dataclass(frozen=True)
+class KVPolicy:
+    """Per-session KV retention. `window`: keep the last `window_tokens` (+ `sink_tokens` first)."""
+
+    kind: str = "unbounded"
+    window_tokens: int | None = None
+    sink_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in POLICIES:
+            raise ValueError(f"policy {self.kind!r} is not one of {', '.join(POLICIES)}")
+        if self.kind == "window":
+            if self.window_tokens is None or self.window_tokens < 1:
+                raise ValueError(f"window {self.window_tokens} must be ≥ 1 token with policy window")
+        if self.sink_tokens < 0:
+            raise ValueError(f"sinks {self.sink_tokens} must be ≥ 0")
+
+    def check_block_size(self, block_size: int) -> None:
+        """Window and sink granularity is one block (see DESIGN: KV policy)."""
+        if self.kind == "window" and self.window_tokens < block_size:
+            raise ValueError(
+                f"window {self.window_tokens} is smaller than one block ({block_size} tokens); "
+                f"allowed: window ≥ {block_size}")
+
+    def blocks_per_session(self, block_size: int) -> int | None:
+        """Upper bound of resident blocks per session, None when unbounded."""
+        if self.kind == "unbounded":
+            return None
+        sink_blocks = math.ceil(self.sink_tokens / block_size)
+        return sink_blocks + math.ceil(self.window_tokens / block_size) + 1
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """One sample of the engine's KV block pool."""
+
+    t: float  # engine clock, seconds
+    used_blocks: int
+    total_blocks: int
+    running: int
+    waiting: int
+    paused: int
+
+    @property
+    def occupancy(self) -> float:
+        return self.used_blocks / self.total_blocks if self.total_blocks else 0.0
+
+
+@dataclass
+class FrameHandle:
+    """One submitted frame; the engine fills it in from its own thread.
+
+    Times are on the engine's clock (seconds). Readers use timestamps, not completion order:
+    `tokens_by(deadline)` is what the frame had produced when its deadline passed.
+    """
+
+    session_id: int
+    t_submit: float
+    max_new: int
+    token_times: list[float] = field(default_factory=list)
+    t_done: float | None = None
+    error: str | None = None
+    _event: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def add_tokens(self, n: int, t: float) -> None:
+        self.token_times.extend([t] * n)
+
+    def finish(self, t: float, error: str | None = None) -> None:
+        self.t_done = t
+        self.error = error
+        self._event.set()
+
+    def done_by(self, t: float) -> bool:
+        return self.t_done is not None and self.t_done <= t
+
+    def tokens_by(self, t: float) -> int:
+        return sum(1 for x in list(self.token_times) if x <= t)
+
+    @property
+    def t_first(self) -> float | None:
+        times = self.token_times
+        return times[0] if times else None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)
+
+
+class Engine(ABC):
+    """What the runtime needs from a backend. One instance serves many sessions."""
+
+    name: str = "engine"
+    simulated: bool = False
+
+    @abstractmethod
+    def now(self) -> float:
+        """The engine's clock in seconds (perf_counter for real engines, virtual for the twin)."""
+
+    @abstractmethod
+    def sleep_until(self, t: float) -> None:
+        """Let time pass until `t` on the engine clock (the twin simulates meanwhile)."""
+
+    @abstractmethod
+    def open(self, session_id: int) -> None: ...
+
+    @abstractmethod
+    def submit(self, session_id: int, token_ids: list[int], max_new: int) -> FrameHandle: ...
+
+    @abstractmethod
+    def close(self, session_id: int) -> None: ...
+
+    @abstractmethod
+    def pool(self) -> PoolStats: ...
+
+    @property
+    @abstractmethod
+    def policy(self) -> KVPolicy: ...
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int: ...
+
+    def set_policy(self, policy: KVPolicy) -> bool:
+        """Change the KV policy live. Returns False when this backend needs a restart for it."""
+        return False
+
+    def drain_step_stats(self) -> list[dict]:
+        """Per-step samples since the last call: t, step_ms, prompt_tokens, gen_tokens,
+        used_blocks, running. Used to fit the twin's cost model."""
+        return []
+
+    def error(self) -> str | None:
+        """A fatal engine error, once one happened."""
+        return None
+
+    @abstractmethod
+    def shutdown(self) -> None: ...

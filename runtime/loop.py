@@ -1,0 +1,469 @@
+"""The runtime: load → admission → engine → telemetry → control, one event loop per run.
+
+Events (arrivals, session frames, ticks) sit in a heap ordered by their due time on the engine's
+clock; the loop sleeps until the next one with `engine.sleep_until`, which is real time for vLLM
+and simulated time for the twin, so one loop drives both. The loop never touches DuckDB or
+Streamlit itself: rows go to the store's writer queue.
+
+A frame's record is finalised at its session's next frame time (or at close): by then its
+deadline has passed, so `tokens_by(deadline)` says whether it was silent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import heapq
+import itertools
+import json
+import logging
+import math
+import threading
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+
+from control.limits import AIMDConfig, AIMDLimit, FixedLimit, Gate
+from control.signals import StallDetector, fit_occupancy, percentile, predict_t_sat
+from engine.contract import Engine, FrameHandle
+from load_gen.synthetic import SyntheticFrames, arrival_times
+from runtime.config import RunConfig
+
+logger = logging.getLogger(__name__)
+
+CONTROL_INTERVAL_S = 1.0
+STALL_TICKS = 3  # ticks with frames waiting and no token out
+
+
+class EngineFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class _Session:
+    session_id: int
+    start: float  # run-relative seconds of its first frame
+    end: float
+    frames: SyntheticFrames
+    history: deque  # last W input tokens (rollover prompt); bounded
+    kv_tokens: int = 0  # tokens the engine holds for it (grows by in + out − 1 per frame)
+    frame_idx: int = 0
+    inflight: FrameHandle | None = None
+    record: tuple | None = None  # (frame_idx, handle) awaiting finalisation
+    tokens_seen: int = 0  # tokens of the in-flight handle already counted in a tick
+    max_blocks: int = 0
+
+
+@dataclass
+class _Totals:
+    frames: int = 0
+    silent: int = 0
+    on_time: int = 0
+    naive_on_time: int = 0
+    latencies: list = field(default_factory=list)
+    naive_latencies: list = field(default_factory=list)
+    admitted: int = 0
+    rejected: int = 0
+    evicted: int = 0
+    rollovers: int = 0
+    overruns: int = 0
+    max_overrun_ms: float = 0.0
+    max_occupancy: float = 0.0
+
+
+class Runner:
+    """Runs one experiment to completion (or stop) and records it in the store."""
+
+    def __init__(self, config: RunConfig, engine: Engine, store, run_id: str | None = None):
+        self.config = config
+        self.engine = engine
+        self.store = store
+        self.run_id = run_id or f"{dt.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+        self._stop = threading.Event()
+        self._stop_reason = "stopped by operator"
+        self._thread: threading.Thread | None = None
+        self.summary: dict | None = None
+        self.status = "created"
+        self.progress = 0.0  # fraction of the planned duration done
+        self._seq = itertools.count()
+        self._heap: list = []
+        self._sessions: dict[int, _Session] = {}
+        self._totals = _Totals()
+        self._occ_t: list[float] = []
+        self._occ: list[float] = []
+        self._interval_lat: list[float] = []
+        self._interval_drop = False
+        self._budget_s = config.budget / 1e3
+        self._frame_s = config.frame_ms / 1e3
+        self._stall = StallDetector(STALL_TICKS)
+        self._first_stall_at: float | None = None  # survives the stall guard's detector reset
+        self._max_blocks_closed = 0
+        if config.admission == "aimd":
+            self.limit = AIMDLimit(AIMDConfig(initial=min(4, config.sessions),
+                                              max_limit=max(config.sessions, 1),
+                                              target_fraction=config.target), config.budget)
+        else:
+            self.limit = FixedLimit(max(config.sessions, 1))
+        self.gate = Gate(self.limit)
+
+    # --- control from other threads -----------------------------------------------------------
+    def start(self) -> threading.Thread:
+        self._thread = threading.Thread(target=self.run, name=f"metronome-run-{self.run_id}",
+                                        daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def stop(self, reason: str = "stopped by operator") -> None:
+        self._stop_reason = reason
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    # --- the loop -----------------------------------------------------------------------------
+    def run(self) -> dict:
+        cfg = self.config
+        writer = self.store.writer
+        self.status = "running"
+        self._write_run_start()
+        self._t0 = self.engine.now()
+        status, reason = "finished", None
+        try:
+            for i, t in enumerate(arrival_times(cfg.load_config())):
+                self._push(t, "arrive", i)
+            n_ticks = int(math.ceil(cfg.duration_s / self._frame_s))
+            for k in range(n_ticks + 1):
+                self._push(k * self._frame_s, "tick", k)
+            while self._heap and not self._stop.is_set():
+                t_rel, _, kind, payload = heapq.heappop(self._heap)
+                if t_rel > cfg.duration_s:
+                    break
+                self.engine.sleep_until(self._t0 + t_rel)
+                if kind == "tick":
+                    self._on_tick(payload, t_rel)
+                elif kind == "arrive":
+                    self._on_arrive(payload, t_rel)
+                elif kind == "frame":
+                    self._on_frame(payload, t_rel)
+            if self._stop.is_set():
+                status, reason = "aborted", self._stop_reason
+        except EngineFailed as exc:
+            status, reason = "failed", f"engine failed: {exc}"
+            logger.error("run %s failed: %s", self.run_id, reason)
+        except Exception as exc:  # noqa: BLE001 - recorded, the data so far is kept
+            status, reason = "failed", f"{type(exc).__name__}: {exc}"
+            logger.exception("run %s failed", self.run_id)
+        end_rel = min(self.engine.now() - self._t0, cfg.duration_s) if status == "finished" \
+            else self.engine.now() - self._t0
+        self._close_all(end_rel)
+        self.summary = self._summarise(status, reason, end_rel)
+        self._write_run_end(status, reason)
+        writer.flush()
+        self.status = status
+        self.progress = 1.0
+        return self.summary
+
+    def _push(self, t_rel: float, kind: str, payload) -> None:
+        heapq.heappush(self._heap, (t_rel, next(self._seq), kind, payload))
+
+    def _event(self, t_rel: float, kind: str, **detail) -> None:
+        self.store.writer.add("events", {
+            "run_id": self.run_id, "t": t_rel, "wall_at": dt.datetime.now(), "kind": kind,
+            "detail": json.dumps(detail, default=str)})
+
+    # --- arrivals and frames ------------------------------------------------------------------
+    def _on_arrive(self, session_id: int, t_rel: float) -> None:
+        cfg = self.config
+        reason = self.gate.acquire()
+        if reason is not None:
+            self._totals.rejected += 1
+            self._event(t_rel, "reject", session_id=session_id, reason=reason,
+                        limit=self.limit.limit)
+            return
+        self._totals.admitted += 1
+        if cfg.stagger:
+            start = t_rel + (session_id % 8) / 8 * self._frame_s if cfg.load == "fixed" else t_rel
+        else:
+            start = math.ceil(t_rel / self._frame_s - 1e-9) * self._frame_s  # next tick
+        end = start + cfg.session_s if cfg.session_s else math.inf
+        window = cfg.window or cfg.tokens_in
+        session = _Session(session_id, start, end,
+                           SyntheticFrames(cfg.seed * 100_003 + session_id,
+                                           self.engine.vocab_size, cfg.tokens_in),
+                           deque(maxlen=window))
+        self.engine.open(session_id)
+        self._sessions[session_id] = session
+        self._push(start, "frame", session_id)
+
+    def _on_frame(self, session_id: int, t_rel: float) -> None:
+        cfg = self.config
+        session = self._sessions.get(session_id)
+        if session is None:
+            return
+        now = self.engine.now()
+        self._finalise(session, now)
+        if t_rel >= session.end - 1e-9:
+            self._close_session(session, t_rel, "session ended")
+            return
+        idx = session.frame_idx
+        session.frame_idx += 1
+        self._push(t_rel + self._frame_s, "frame", session_id)
+        if session.inflight is not None and not session.inflight.done_by(now):
+            # The engine still owes the previous frame: this one cannot even be submitted.
+            self._write_frame(session, idx, t_rel, None, now)
+            return
+        tokens = session.frames.next_frame()
+        prompt = tokens
+        if session.kv_tokens + len(tokens) + cfg.tokens_out >= self._max_model_len():
+            if not self._rollover(session, t_rel):
+                return
+            prompt = list(session.history) + tokens
+        session.history.extend(tokens)
+        handle = self.engine.submit(session_id, prompt, cfg.tokens_out)
+        session.kv_tokens += len(prompt) + cfg.tokens_out - 1
+        session.max_blocks = max(session.max_blocks, self._resident_blocks(session.kv_tokens))
+        session.inflight, session.record, session.tokens_seen = handle, (idx, handle), 0
+
+    def _max_model_len(self) -> int:
+        return int(getattr(self.engine, "max_model_len", 1 << 30))
+
+    def _resident_blocks(self, kv_tokens: int) -> int:
+        bs = self.config.block_size
+        cap = self.engine.policy.blocks_per_session(bs)
+        blocks = math.ceil(kv_tokens / bs)
+        return blocks if cap is None else min(blocks, cap)
+
+    def _rollover(self, session: _Session, t_rel: float) -> bool:
+        """Before a session reaches max_model_len: reopen it with its last W tokens (window),
+        or end it (unbounded has nothing to keep). Returns False when the session ended."""
+        if self.engine.policy.kind != "window":
+            self._close_session(session, t_rel, "max_model_len")
+            return False
+        self.engine.close(session.session_id)
+        self.engine.open(session.session_id)
+        session.kv_tokens = 0
+        session.inflight = None
+        self._totals.rollovers += 1
+        self._event(t_rel, "rollover", session_id=session.session_id,
+                    prompt_tokens=len(session.history))
+        return True
+
+    def _finalise(self, session: _Session, now: float) -> None:
+        if session.record is None:
+            return
+        idx, handle = session.record
+        session.record = None
+        self._write_frame(session, idx, handle.t_submit - self._t0, handle, now)
+
+    def _write_frame(self, session: _Session, idx: int, t_sub_rel: float,
+                     handle: FrameHandle | None, now: float) -> None:
+        cfg = self.config
+        tot = self._totals
+        budget_s = self._budget_s
+        row = {"run_id": self.run_id, "session_id": session.session_id, "frame_idx": idx,
+               "t_submit": t_sub_rel, "deadline": t_sub_rel + budget_s,
+               "tokens_expected": cfg.tokens_out, "skipped": handle is None}
+        if handle is None:
+            # Never submitted: silent; latency unknown (NULL), the gateway still answers empty.
+            row.update(t_first=None, t_done=None, latency_ms=None, tokens_out=0,
+                       on_time=False, silent=True, complete=False)
+            naive_ms = cfg.wait_budget * cfg.budget if cfg.wait_budget else None
+            row.update(naive_latency_ms=naive_ms, naive_on_time=cfg.wait_budget is not None)
+        else:
+            deadline = handle.t_submit + budget_s
+            complete = handle.done_by(now) and handle.error is None
+            n_out = handle.tokens_by(deadline)
+            latency_ms = ((handle.t_done if complete else now) - handle.t_submit) * 1e3
+            on_time = complete and handle.t_done <= deadline
+            if cfg.wait_budget:
+                naive_ms = min(latency_ms, cfg.wait_budget * cfg.budget)
+            else:
+                naive_ms = latency_ms
+            t_first = handle.t_first
+            row.update(
+                t_first=None if t_first is None else t_first - self._t0,
+                t_done=handle.t_done - self._t0 if complete else None,
+                latency_ms=latency_ms, naive_latency_ms=naive_ms, tokens_out=n_out,
+                on_time=on_time, naive_on_time=naive_ms <= cfg.budget + 1e-9,
+                silent=n_out == 0, complete=complete)
+            tot.latencies.append(latency_ms)
+            tot.naive_latencies.append(naive_ms)
+            self._interval_lat.append(latency_ms)
+        tot.frames += 1
+        tot.silent += row["silent"]
+        tot.on_time += row["on_time"]
+        tot.naive_on_time += bool(row["naive_on_time"])
+        if row["silent"]:
+            self._interval_drop = True
+        self.store.writer.add("frames", row)
+
+    def _close_session(self, session: _Session, t_rel: float, why: str) -> None:
+        self._finalise(session, self.engine.now())
+        self.engine.close(session.session_id)
+        self._sessions.pop(session.session_id, None)
+        self._max_blocks_closed = max(self._max_blocks_closed, session.max_blocks)
+        self.gate.release()
+        if why not in ("session ended", "run ended"):
+            self._event(t_rel, "close", session_id=session.session_id, reason=why)
+
+    def _close_all(self, t_rel: float) -> None:
+        for session in list(self._sessions.values()):
+            try:
+                self._close_session(session, t_rel, "run ended")
+            except Exception:  # noqa: BLE001 - keep closing the others
+                logger.exception("closing session %s", session.session_id)
+
+    # --- per tick: telemetry, stall, control --------------------------------------------------
+    def _on_tick(self, k: int, t_rel: float) -> None:
+        cfg = self.config
+        tot = self._totals
+        now = self.engine.now()
+        overrun_ms = max(0.0, (now - self._t0 - t_rel) * 1e3)
+        if overrun_ms > cfg.frame_ms / 2:
+            tot.overruns += 1
+        tot.max_overrun_ms = max(tot.max_overrun_ms, overrun_ms)
+        if self.engine.error():
+            raise EngineFailed(self.engine.error())
+        tokens_tick = 0
+        waiting = 0
+        for session in self._sessions.values():
+            handle = session.inflight
+            if handle is None:
+                continue
+            n = len(handle.token_times)
+            tokens_tick += n - session.tokens_seen
+            session.tokens_seen = n
+            if not handle.done_by(now):
+                waiting += 1
+        stalled = self._stall.update(t_rel, tokens_tick, waiting)
+        if stalled and self._first_stall_at is None:
+            self._first_stall_at = self._stall.stall_at
+        pool = self.engine.pool()
+        tot.max_occupancy = max(tot.max_occupancy, pool.occupancy)
+        self._occ_t.append(t_rel)
+        self._occ.append(pool.occupancy)
+        if stalled and cfg.stall_guard == "on":
+            self._evict_for_stall(t_rel)
+        if k > 0 and k % max(1, round(CONTROL_INTERVAL_S / self._frame_s)) == 0:
+            self._control_sample(now)
+        self.store.writer.add("ticks", {
+            "run_id": self.run_id, "tick": k, "t": t_rel, "live": len(self._sessions),
+            "limit_sessions": self.limit.limit, "occupancy": pool.occupancy,
+            "used_blocks": pool.used_blocks, "total_blocks": pool.total_blocks,
+            "running": pool.running, "waiting": pool.waiting, "paused": pool.paused,
+            "admitted": tot.admitted, "rejected": tot.rejected, "evicted": tot.evicted,
+            "overrun_ms": overrun_ms, "tokens_out": tokens_tick, "frames_waiting": waiting,
+            "stalled": stalled})
+        steps = self.engine.drain_step_stats()
+        for step in steps:
+            step["run_id"] = self.run_id
+            step["t"] = step["t"] - self._t0
+        self.store.writer.add_many("steps", steps)
+        self.progress = min(1.0, t_rel / cfg.duration_s)
+
+    def _control_sample(self, now: float) -> None:
+        samples, self._interval_lat = self._interval_lat, []
+        dropped, self._interval_drop = self._interval_drop, False
+        if len(samples) < 3 and not dropped:
+            return  # too few samples to say anything
+        p95 = percentile(samples, 0.95) if samples else math.inf
+        self.limit.on_sample(now, p95, len(self._sessions), dropped)
+
+    def _evict_for_stall(self, t_rel: float) -> None:
+        """Stall guard: evict the session holding the most KV (frees the most blocks)."""
+        if not self._sessions:
+            return
+        victim = max(self._sessions.values(), key=lambda s: (s.kv_tokens, -s.session_id))
+        self._totals.evicted += 1
+        self._event(t_rel, "evict", session_id=victim.session_id,
+                    reason="stall guard: pool stalled, evicted the largest session",
+                    kv_tokens=victim.kv_tokens)
+        self._close_session(victim, t_rel, "evicted by stall guard")
+        self._stall = StallDetector(STALL_TICKS)  # give the pool a chance to flow again
+
+    # --- records ------------------------------------------------------------------------------
+    def _settings_row(self) -> dict:
+        cfg = self.config
+        return {
+            "run_id": self.run_id, "started_at": dt.datetime.now(), "ended_at": None,
+            "status": "running", "reason": None, "engine": cfg.engine,
+            "simulated": bool(self.engine.simulated), "model": cfg.model, "policy": cfg.policy,
+            "window_tokens": cfg.window, "sink_tokens": cfg.sinks, "block_size": cfg.block_size,
+            "pool_blocks": cfg.pool_blocks, "frame_ms": cfg.frame_ms, "budget_ms": cfg.budget,
+            "tokens_in": cfg.tokens_in, "tokens_out": cfg.tokens_out,
+            "wait_budget": cfg.wait_budget, "load": cfg.load, "sessions": cfg.sessions,
+            "arrival_rate": cfg.arrival_rate, "session_s": cfg.session_s,
+            "duration_s": cfg.duration_s, "admission": cfg.admission, "target": cfg.target,
+            "stall_guard": cfg.stall_guard, "seed": cfg.seed,
+            "settings": json.dumps(cfg.as_dict(), default=str), "summary": None}
+
+    def _write_run_start(self) -> None:
+        row = self._settings_row()
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        self.store.writer.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", list(row.values()))
+        self._event(0.0, "start", engine=self.config.engine, simulated=self.engine.simulated)
+
+    def _write_run_end(self, status: str, reason: str | None) -> None:
+        self._event(self.summary["duration_s"], "end", status=status, reason=reason)
+        self.store.writer.execute(
+            "UPDATE runs SET status = ?, reason = ?, ended_at = ?, summary = ? WHERE run_id = ?",
+            [status, reason, dt.datetime.now(), json.dumps(self.summary, default=str), self.run_id])
+
+    def _summarise(self, status: str, reason: str | None, end_rel: float) -> dict:
+        cfg = self.config
+        tot = self._totals
+        frames = tot.frames
+        stall_at = self._first_stall_at
+        stalled = stall_at is not None
+        if stalled:
+            cut = [i for i, t in enumerate(self._occ_t) if t <= stall_at + self._frame_s]
+            tsat = predict_t_sat([self._occ_t[i] for i in cut], [self._occ[i] for i in cut])
+        else:
+            tsat = self._late_t_sat()
+        max_blocks = max([self._max_blocks_closed] + [s.max_blocks for s in self._sessions.values()])
+
+        def ms(x):
+            return None if x is None else round(x, 3)
+
+        return {
+            "run_id": self.run_id, "status": status, "reason": reason,
+            "engine": cfg.engine, "simulated": bool(self.engine.simulated), "model": cfg.model,
+            "policy": cfg.policy, "window": cfg.window, "sinks": cfg.sinks,
+            "block_size": cfg.block_size, "pool_blocks": cfg.pool_blocks,
+            "frame_ms": cfg.frame_ms, "budget_ms": cfg.budget, "wait_budget": cfg.wait_budget,
+            "tokens_in": cfg.tokens_in, "tokens_out": cfg.tokens_out,
+            "sessions_offered": len(arrival_times(cfg.load_config())),
+            "admitted": tot.admitted, "rejected": tot.rejected, "evicted": tot.evicted,
+            "rollovers": tot.rollovers,
+            "frames": frames, "silent_frames": tot.silent,
+            "silent_rate": round(tot.silent / frames, 4) if frames else None,
+            "on_time_rate": round(tot.on_time / frames, 4) if frames else None,
+            "naive_on_time_rate": round(tot.naive_on_time / frames, 4) if frames else None,
+            "p50_ms": ms(percentile(tot.latencies, 0.5)),
+            "p95_ms": ms(percentile(tot.latencies, 0.95)),
+            "p99_ms": ms(percentile(tot.latencies, 0.99)),
+            "naive_p95_ms": ms(percentile(tot.naive_latencies, 0.95)),
+            "max_occupancy": round(tot.max_occupancy, 4),
+            "max_resident_blocks": max_blocks,
+            "stalled": stalled,
+            "stall_at_s": None if stall_at is None else round(stall_at, 3),
+            "tsat_pred_s": None if tsat is None else round(tsat, 3),
+            "final_limit": self.limit.limit,
+            "tick_overruns": tot.overruns, "max_overrun_ms": round(tot.max_overrun_ms, 3),
+            "duration_s": round(end_rel, 3),
+        }
+
+    def _late_t_sat(self) -> float | None:
+        """No stall: extrapolate the last third of the run; None when occupancy is flat."""
+        if len(self._occ_t) < 6:
+            return None
+        n = len(self._occ_t)
+        fit = fit_occupancy(self._occ_t[2 * n // 3:], self._occ[2 * n // 3:])
+        if fit is None or fit.slope_per_s < 1e-4:
+            return None
+        return fit.t_sat()

@@ -1,0 +1,93 @@
+"""The DuckDB store: one file, one writer thread, cursors for readers in the same process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from pathlib import Path
+
+import duckdb
+
+from store.schema import RUN_STATUSES, SCHEMA, TABLES
+from store.writer import StoreWriter
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_DB = "metronome.duckdb"
+
+__all__ = ["DEFAULT_DB", "RUN_STATUSES", "TABLES", "Store", "StoreError", "db_path", "open_store"]
+
+
+class StoreError(RuntimeError):
+    """The database cannot be opened; the message is one line for the operator."""
+
+
+def db_path(explicit: str | None = None) -> str:
+    """--db beats METRONOME_DB beats the default file in the working directory."""
+    return explicit or os.environ.get("METRONOME_DB") or DEFAULT_DB
+
+
+class Store:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._con = _connect(path)
+        self._con.execute(SCHEMA)
+        self._abort_orphans()
+        self.writer = StoreWriter(self._con.cursor())
+        self._closed = False
+
+    def cursor(self):
+        """A cursor for one reader thread (DuckDB cursors are per-thread connections)."""
+        return self._con.cursor()
+
+    def _abort_orphans(self) -> None:
+        # We hold the file lock, so a run still 'running' belongs to a process that died.
+        self._con.execute(
+            "UPDATE runs SET status = 'aborted', ended_at = COALESCE(ended_at, now()), "
+            "reason = COALESCE(reason, 'the process ended before the run finished') "
+            "WHERE status = 'running'")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.writer.close()
+        self._con.close()
+
+
+def _connect(path: str):
+    if path != ":memory:":
+        parent = Path(path).expanduser().resolve().parent
+        if not parent.is_dir():
+            raise StoreError(f"database folder {parent} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise StoreError(f"database folder {parent} is not writable")
+    try:
+        return duckdb.connect(path)
+    except duckdb.IOException as exc:
+        text = str(exc)
+        holder = re.search(r"PID (\d+)", text)
+        if "lock" in text.lower():
+            who = f"process {holder.group(1)}" if holder else "another process"
+            raise StoreError(f"database {path} is in use by {who}; stop it or pass another --db")
+        raise StoreError(f"cannot open database {path}: {text.splitlines()[0]}") from None
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
+
+
+_stores: dict[str, Store] = {}
+_stores_lock = threading.Lock()
+
+
+def open_store(path: str | None = None) -> Store:
+    """The process-wide Store for a path (DuckDB allows one writer process per file)."""
+    resolved = db_path(path)
+    key = resolved if resolved == ":memory:" else str(Path(resolved).expanduser().resolve())
+    with _stores_lock:
+        store = _stores.get(key)
+        if store is None or store._closed:
+            store = Store(resolved)
+            _stores[key] = store
+        return store

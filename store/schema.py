@@ -1,0 +1,105 @@
+"""DuckDB schema. Extend tables, never rename columns: reports and scripts read them."""
+
+RUN_STATUSES = ("running", "finished", "failed", "aborted")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id VARCHAR PRIMARY KEY,
+    started_at TIMESTAMP,
+    ended_at TIMESTAMP,
+    status VARCHAR,
+    reason VARCHAR,
+    engine VARCHAR,
+    simulated BOOLEAN,
+    model VARCHAR,
+    policy VARCHAR,
+    window_tokens INTEGER,
+    sink_tokens INTEGER,
+    block_size INTEGER,
+    pool_blocks INTEGER,
+    frame_ms DOUBLE,
+    budget_ms DOUBLE,
+    tokens_in INTEGER,
+    tokens_out INTEGER,
+    wait_budget DOUBLE,
+    load VARCHAR,
+    sessions INTEGER,
+    arrival_rate DOUBLE,
+    session_s DOUBLE,
+    duration_s DOUBLE,
+    admission VARCHAR,
+    target DOUBLE,
+    stall_guard VARCHAR,
+    seed INTEGER,
+    settings VARCHAR,
+    summary VARCHAR
+);
+CREATE TABLE IF NOT EXISTS frames (
+    run_id VARCHAR,
+    session_id INTEGER,
+    frame_idx INTEGER,
+    t_submit DOUBLE,
+    t_first DOUBLE,
+    t_done DOUBLE,
+    deadline DOUBLE,
+    latency_ms DOUBLE,
+    naive_latency_ms DOUBLE,
+    tokens_out INTEGER,
+    tokens_expected INTEGER,
+    on_time BOOLEAN,
+    naive_on_time BOOLEAN,
+    silent BOOLEAN,
+    skipped BOOLEAN,
+    complete BOOLEAN
+);
+CREATE TABLE IF NOT EXISTS ticks (
+    run_id VARCHAR,
+    tick INTEGER,
+    t DOUBLE,
+    live INTEGER,
+    limit_sessions INTEGER,
+    occupancy DOUBLE,
+    used_blocks INTEGER,
+    total_blocks INTEGER,
+    running INTEGER,
+    waiting INTEGER,
+    paused INTEGER,
+    admitted INTEGER,
+    rejected INTEGER,
+    evicted INTEGER,
+    overrun_ms DOUBLE,
+    tokens_out INTEGER,
+    frames_waiting INTEGER,
+    stalled BOOLEAN
+);
+CREATE TABLE IF NOT EXISTS events (
+    run_id VARCHAR,
+    t DOUBLE,
+    wall_at TIMESTAMP,
+    kind VARCHAR,
+    detail VARCHAR
+);
+CREATE TABLE IF NOT EXISTS steps (
+    run_id VARCHAR,
+    t DOUBLE,
+    step_ms DOUBLE,
+    prompt_tokens INTEGER,
+    gen_tokens INTEGER,
+    used_blocks INTEGER,
+    resident_tokens INTEGER,
+    running INTEGER
+);
+CREATE TABLE IF NOT EXISTS twin_models (
+    fitted_at TIMESTAMP,
+    source_run_id VARCHAR,
+    a_ms DOUBLE,
+    b_ms_per_token DOUBLE,
+    c_ms_per_resident_token DOUBLE,
+    r2 DOUBLE,
+    n_steps INTEGER
+);
+CREATE INDEX IF NOT EXISTS frames_run ON frames (run_id);
+CREATE INDEX IF NOT EXISTS ticks_run ON ticks (run_id);
+"""
+
+TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models")
