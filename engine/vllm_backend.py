@@ -155,6 +155,13 @@ class VLLMEngine(Engine):
             # fixed by num_gpu_blocks_override, so keep the reservation small.
             args.update(enforce_eager=True, gpu_memory_utilization=0.3)
         if cfg.policy.kind == "window":
+            # vLLM sizes a sliding-window request as window + one step's batch of tokens; keep
+            # that inside the pool so a small pool is accepted (the whole point of windowing).
+            pool_tokens = cfg.pool_blocks * cfg.block_size
+            spare = pool_tokens - cfg.policy.window_tokens - cfg.block_size
+            # (x2: vLLM reserves for two in-flight batches; /3 leaves slack for the null block).
+            step_tokens = spare // 3 // cfg.block_size * cfg.block_size
+            args["max_num_batched_tokens"] = max(256, min(2048, step_tokens))
             layers = int(model_info(self.model_path)["num_layers"])
             args["hf_overrides"] = {"sliding_window": cfg.policy.window_tokens,
                                     "layer_types": ["sliding_attention"] * layers}

@@ -1,0 +1,210 @@
+"""`metronome`: headless experiments and store maintenance. Flags follow DESIGN.md's CLI contract.
+
+stdout carries only the JSON result; logs (ours and vLLM's) go to stderr. Bad input ends with a
+one-line `metronome: error: ...` and exit status 2; a run that fails mid-way still prints its
+JSON (status "failed") and exits 1, and the database keeps what was recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage dump
+        print(f"metronome: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="metronome", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run one headless experiment")
+    run.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    run.add_argument("--engine", choices=["vllm", "twin"], default="vllm")
+    run.add_argument("--model", default="tiny", help="tiny, smollm2 or a local model folder")
+    run.add_argument("--db", default=None, help="DuckDB file (default: $METRONOME_DB or metronome.duckdb)")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--policy", choices=["unbounded", "window"], default="unbounded")
+    run.add_argument("--window", type=int, default=None, help="window tokens (policy window)")
+    run.add_argument("--sinks", type=int, default=0, help="attention-sink tokens")
+    run.add_argument("--block-size", type=int, default=32)
+    run.add_argument("--pool-blocks", type=int, default=256)
+    run.add_argument("--max-model-len", type=int, default=None)
+    run.add_argument("--frame-ms", type=_positive_float, default=80.0)
+    run.add_argument("--budget-ms", type=_positive_float, default=None)
+    run.add_argument("--tokens-in", type=int, default=16)
+    run.add_argument("--tokens-out", type=int, default=4)
+    run.add_argument("--wait-budget", type=_positive_float, default=None,
+                     help="gateway mode: answer an empty frame after F·budget")
+    run.add_argument("--load", choices=["fixed", "ramp", "poisson"], default="fixed")
+    run.add_argument("--sessions", type=int, default=8)
+    run.add_argument("--arrival-rate", type=_positive_float, default=None)
+    run.add_argument("--session-s", type=_positive_float, default=None)
+    run.add_argument("--duration", type=_positive_float, default=10.0, help="seconds")
+    run.add_argument("--stagger", action="store_true", help="phase-stagger session frames")
+    run.add_argument("--admission", choices=["off", "aimd"], default="off")
+    run.add_argument("--target", type=_positive_float, default=0.8)
+    run.add_argument("--stall-guard", choices=["on", "off"], default="off")
+    run.add_argument("--vllm-arg", action="append", default=[], metavar="KEY=VALUE",
+                     help="pass an engine argument to vLLM (repeatable)")
+
+    fit = sub.add_parser("fit-twin", help="fit the twin's cost model from a recorded vLLM run")
+    fit.add_argument("run_id")
+    fit.add_argument("--db", default=None)
+    fit.add_argument("--json", action="store_true")
+
+    runs = sub.add_parser("runs", help="list recorded runs")
+    runs.add_argument("--db", default=None)
+    runs.add_argument("--limit", type=int, default=20)
+
+    build = sub.add_parser("build-model", help="build or convert a bundled model into the cache")
+    build.add_argument("name", choices=["tiny", "smollm2"])
+    build.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=os.environ.get("METRONOME_LOG", "INFO"), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    try:
+        return {"run": _cmd_run, "fit-twin": _cmd_fit, "runs": _cmd_runs,
+                "build-model": _cmd_build}[args.command](args)
+    except (ValueError, RuntimeError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"metronome: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def run_config_from_args(args) -> "RunConfig":  # noqa: F821 - imported lazily
+    from engine.config import parse_vllm_args
+    from runtime.config import RunConfig
+
+    return RunConfig(
+        engine=args.engine, model=args.model, seed=args.seed, policy=args.policy,
+        window=args.window, sinks=args.sinks, block_size=args.block_size,
+        pool_blocks=args.pool_blocks, max_model_len=args.max_model_len,
+        frame_ms=args.frame_ms, budget_ms=args.budget_ms, tokens_in=args.tokens_in,
+        tokens_out=args.tokens_out, wait_budget=args.wait_budget, load=args.load,
+        sessions=args.sessions, arrival_rate=args.arrival_rate, session_s=args.session_s,
+        duration_s=args.duration, stagger=args.stagger, admission=args.admission,
+        target=args.target, stall_guard=args.stall_guard,
+        vllm_args=parse_vllm_args(args.vllm_arg))
+
+
+def _cmd_run(args) -> int:
+    from runtime import Runner, make_engine
+    from store import open_store
+
+    config = run_config_from_args(args)  # validates everything before anything starts
+    if config.model not in ("tiny", "smollm2"):
+        from engine.models import resolve_model
+
+        resolve_model(config.model)
+    store = open_store(args.db)
+    out = _stdout_for_json()
+    engine = make_engine(config, store)
+    runner = Runner(config, engine, store)
+    previous = {sig: signal.signal(sig, lambda *_: runner.stop("interrupted by signal"))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        summary = runner.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        engine.shutdown()
+        store.close()
+    text = json.dumps(summary) if args.json else _human(summary)
+    out.write(text + "\n")
+    out.flush()
+    return 0 if summary["status"] in ("finished", "aborted") else EXIT_FAILED
+
+
+def _stdout_for_json():
+    """Keep fd 1 for our result only: anything else written to stdout (vLLM's engine process,
+    progress bars) is sent to stderr."""
+    saved = os.fdopen(os.dup(1), "w")
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    return saved
+
+
+def _human(summary: dict) -> str:
+    keys = ("run_id", "status", "reason", "engine", "policy", "frames", "silent_rate",
+            "on_time_rate", "naive_on_time_rate", "p50_ms", "p95_ms", "p99_ms",
+            "max_occupancy", "stalled", "stall_at_s", "tsat_pred_s")
+    return "\n".join(f"{k:>20}: {summary.get(k)}" for k in keys)
+
+
+def _cmd_fit(args) -> int:
+    import datetime as dt
+
+    from engine.twin import fit_cost_model
+    from store import open_store
+    from store.queries import run_row, steps
+
+    store = open_store(args.db)
+    try:
+        cur = store.cursor()
+        row = run_row(cur, args.run_id)
+        if row is None:
+            raise ValueError(f"run {args.run_id!r} is not in {store.path}")
+        if row["simulated"]:
+            raise ValueError(f"run {args.run_id!r} is simulated; fit the twin from a vLLM run")
+        model, facts = fit_cost_model(steps(cur, args.run_id), source=args.run_id)
+        store.writer.add("twin_models", {
+            "fitted_at": dt.datetime.now(), "source_run_id": args.run_id, "a_ms": model.a_ms,
+            "b_ms_per_token": model.b_ms_per_token,
+            "c_ms_per_resident_token": model.c_ms_per_resident_token,
+            "r2": facts["r2"], "n_steps": facts["n_steps"]})
+        store.writer.flush()
+    finally:
+        store.close()
+    result = {"source_run_id": args.run_id, "a_ms": model.a_ms,
+              "b_ms_per_token": model.b_ms_per_token,
+              "c_ms_per_resident_token": model.c_ms_per_resident_token, **facts}
+    print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
+    return 0
+
+
+def _cmd_runs(args) -> int:
+    from store import open_store
+    from store.queries import runs
+
+    store = open_store(args.db)
+    try:
+        df = runs(store.cursor(), args.limit)
+    finally:
+        store.close()
+    print(df.drop(columns=["summary"]).to_string(index=False) if not df.empty else "no runs")
+    return 0
+
+
+def _cmd_build(args) -> int:
+    from engine.models import build_smollm2, build_tiny
+
+    path = build_tiny(args.seed) if args.name == "tiny" else build_smollm2()
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
