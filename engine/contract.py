@@ -75,6 +75,7 @@ class FrameHandle:
     t_submit: float
     max_new: int
     token_times: list[float] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)  # filled where the backend knows them
     t_done: float | None = None
     error: str | None = None
     _event: threading.Event = field(default_factory=threading.Event, repr=False)

@@ -341,6 +341,7 @@ class VLLMEngine(Engine):
                     continue
                 handle = session.pending[0]
                 if completion.token_ids:
+                    handle.token_ids.extend(completion.token_ids)
                     handle.add_tokens(len(completion.token_ids), now)
                 if completion.finish_reason is not None:
                     session.pending.popleft()

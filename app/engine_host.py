@@ -1,0 +1,148 @@
+"""RunHost: owns the one run the console drives, outside any Streamlit script run.
+
+Streamlit reruns the page script on every interaction and on every fragment tick, so a run
+cannot live in a script run. The console keeps one RunHost per process (through
+`st.cache_resource`); the host builds the engine and drives the Runner in its own thread, so the
+page never waits on vLLM's ~20 s start, and the page only ever reads `state()`. Nothing here
+imports Streamlit: the run thread must never call st.*, and the host stays testable on its own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import uuid
+
+from runtime import RunConfig, Runner, make_engine
+from store import open_store
+
+logger = logging.getLogger(__name__)
+
+ACTIVE = ("starting", "running", "stopping")
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an exception's message, for an operator-facing error."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def new_run_id() -> str:
+    """Same shape as the Runner's own ids (sortable by start time); made here so that `start`
+    can return the id before the engine, and so the Runner, exists."""
+    return f"{dt.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+class RunHost:
+    """One run at a time: start it, stop it, read its state from any thread."""
+
+    def __init__(self, engine_factory=make_engine) -> None:
+        self._make_engine = engine_factory  # injectable so tests can fail an engine start
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._runner: Runner | None = None
+        self._stop = threading.Event()
+        self._status = "idle"
+        self._run_id: str | None = None
+        self._engine_kind: str | None = None
+        self._error: str | None = None
+
+    def start(self, config: RunConfig, db_path: str | None = None) -> str:
+        """Start `config` in the background and return its run id at once.
+
+        Raises ValueError while another run (or its engine shutdown) is still in progress.
+        """
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                raise ValueError(
+                    f"run {self._run_id} is still {self._status_locked()}; stop it first")
+            store = open_store(db_path)  # a StoreError surfaces to the caller, not the thread
+            run_id = new_run_id()
+            self._stop.clear()
+            self._runner = None
+            self._status, self._run_id, self._engine_kind, self._error = (
+                "starting", run_id, config.engine, None)
+            self._thread = threading.Thread(target=self._work, args=(config, store, run_id),
+                                            name=f"metronome-host-{run_id}", daemon=True)
+            self._thread.start()
+        logger.info("run %s starting (%s engine)", run_id, config.engine)
+        return run_id
+
+    def stop(self) -> None:
+        """Ask the current run to end; a no-op when nothing runs. Does not wait."""
+        with self._lock:
+            self._stop.set()
+            if self._runner is not None:
+                self._runner.stop("stopped by operator")
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop and wait for the engine to be shut down (the console's cache release)."""
+        self.stop()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def state(self) -> dict:
+        with self._lock:
+            runner = self._runner
+            return {
+                "status": self._status_locked(),
+                "run_id": self._run_id,
+                "engine": self._engine_kind,
+                "simulated": self._engine_kind == "twin",
+                "progress": runner.progress if runner is not None else 0.0,
+                "error": self._error,
+                "summary": runner.summary if runner is not None else None,
+            }
+
+    def _status_locked(self) -> str:
+        if self._status == "running" and self._stop.is_set():
+            return "stopping"
+        return self._status
+
+    # --- the host thread ----------------------------------------------------------------------
+    def _work(self, config: RunConfig, store, run_id: str) -> None:
+        try:
+            engine = self._make_engine(config, store)
+        except Exception as exc:  # noqa: BLE001 - any start failure is the operator's to read
+            logger.exception("run %s: engine did not start", run_id)
+            self._finish(run_id, "failed", f"engine did not start: {one_line(exc)}")
+            return
+        status, error = "aborted", None  # stays so when stopped while the engine was starting
+        try:
+            runner = self._begin(config, engine, store, run_id)
+            if runner is not None:
+                summary = runner.run()
+                status = summary["status"]
+                error = summary["reason"] if status == "failed" else None
+        except Exception as exc:  # noqa: BLE001 - e.g. the store writer timing out at the end
+            logger.exception("run %s failed", run_id)
+            status, error = "failed", one_line(exc)
+        finally:
+            # The status leaves ACTIVE only once the engine is down, so a new start never
+            # overlaps the old engine's memory.
+            with self._lock:
+                self._status = "stopping"
+            self._shutdown(engine)
+            self._finish(run_id, status, error)
+
+    def _begin(self, config: RunConfig, engine, store, run_id: str) -> Runner | None:
+        with self._lock:
+            if self._stop.is_set():
+                return None
+            self._runner = Runner(config, engine, store, run_id=run_id)
+            self._status = "running"
+            return self._runner
+
+    def _finish(self, run_id: str, status: str, error: str | None) -> None:
+        with self._lock:
+            self._status, self._error = status, error
+        logger.info("run %s %s%s", run_id, status, f": {error}" if error else "")
+
+    @staticmethod
+    def _shutdown(engine) -> None:
+        try:
+            engine.shutdown()
+        except Exception:  # noqa: BLE001 - a failed shutdown must not hide the run's result
+            logger.exception("engine shutdown failed")
