@@ -97,7 +97,7 @@ class RunHost:
             }
 
     def _status_locked(self) -> str:
-        if self._status == "running" and self._stop.is_set():
+        if self._status in ("starting", "running") and self._stop.is_set():
             return "stopping"
         return self._status
 

@@ -66,22 +66,26 @@ def predict_t_sat(ts: list[float], rhos: list[float], fraction: float = 1 / 3) -
 
 
 class StallDetector:
-    """A stall: frames are waiting and no token comes out for `min_ticks` ticks in a row.
+    """A stalled pool: occupancy near 1, frames owed, and no token out for `min_ticks` ticks.
 
-    `update` is called once per tick; `stall_at` is the start of the first stalled stretch.
+    A slow engine is not stalled (tokens still come out), and neither is a quiet pool with room
+    to spare. `update` is called once per tick; `stall_at` is the start of the first stall.
     """
 
-    def __init__(self, min_ticks: int = 3) -> None:
+    def __init__(self, min_ticks: int = 3, full_occupancy: float = 0.9) -> None:
         if min_ticks < 1:
             raise ValueError(f"min ticks {min_ticks} must be ≥ 1")
+        if not 0 < full_occupancy <= 1:
+            raise ValueError(f"full occupancy {full_occupancy} must be in (0, 1]")
         self.min_ticks = min_ticks
+        self.full_occupancy = full_occupancy
         self._quiet_since: float | None = None
         self._quiet_ticks = 0
         self.stalled_now = False
         self.stall_at: float | None = None
 
-    def update(self, t: float, tokens_out: int, frames_waiting: int) -> bool:
-        if tokens_out > 0 or frames_waiting == 0:
+    def update(self, t: float, tokens_out: int, frames_waiting: int, occupancy: float) -> bool:
+        if tokens_out > 0 or frames_waiting == 0 or occupancy < self.full_occupancy:
             self._quiet_since, self._quiet_ticks, self.stalled_now = None, 0, False
             return False
         if self._quiet_since is None:

@@ -56,6 +56,16 @@ class _PoolProbe:
         self.steps: list[dict] = []
         self._last_t: float | None = None
         self._last_running = 0
+        # vLLM's IterationStats does not count the prompt tokens of streaming chunks, so the
+        # backend counts what it hands over and the next step is charged with it.
+        self.pending_prompt_tokens = 0
+        self._first_handover: float | None = None  # first chunk handed to an idle engine
+
+    def note_handover(self, n_tokens: int) -> None:
+        with self.lock:
+            self.pending_prompt_tokens += n_tokens
+            if self._last_running == 0 and self._first_handover is None:
+                self._first_handover = time.perf_counter()
 
     def record(self, scheduler_stats, iteration_stats) -> None:
         now = time.perf_counter()
@@ -65,13 +75,20 @@ class _PoolProbe:
                 self.running = int(getattr(scheduler_stats, "num_running_reqs", 0))
                 self.waiting = int(getattr(scheduler_stats, "num_waiting_reqs", 0))
             if iteration_stats is not None:
-                prompt = int(getattr(iteration_stats, "num_prompt_tokens", 0))
+                prompt = max(int(getattr(iteration_stats, "num_prompt_tokens", 0)),
+                             self.pending_prompt_tokens)
+                self.pending_prompt_tokens = 0
                 gen = int(getattr(iteration_stats, "num_generation_tokens", 0))
-                # A step's duration is the gap to the previous step only while the engine was
-                # busy back to back (some request was running after the previous step).
+                # A step's duration: the gap to the previous step while the engine was busy
+                # back to back, else the time since work was handed to the idle engine.
                 if self._last_t is not None and self._last_running > 0:
+                    start = self._last_t
+                else:
+                    start = self._first_handover
+                self._first_handover = None
+                if start is not None:
                     self.steps.append({
-                        "t": now, "step_ms": (now - self._last_t) * 1e3,
+                        "t": now, "step_ms": (now - start) * 1e3,
                         "prompt_tokens": prompt, "gen_tokens": gen,
                         "usage": self.usage, "running": self.running})
                     if len(self.steps) > 100_000:  # bounded: the runtime drains it every tick
@@ -232,6 +249,9 @@ class VLLMEngine(Engine):
             raise ValueError(f"session {session_id} is not open")
         if max_new < 1:
             raise ValueError(f"tokens out {max_new} must be ≥ 1")
+        if not token_ids or not all(isinstance(t, int) and 0 <= t < self._vocab_size
+                                    for t in token_ids):
+            raise ValueError(f"a frame needs ≥ 1 token id in [0, {self._vocab_size})")
         handle = FrameHandle(session_id, time.perf_counter(), max_new)
         if self._error is not None:
             handle.finish(time.perf_counter(), self._error)
@@ -326,6 +346,7 @@ class VLLMEngine(Engine):
                     return
                 token_ids, handle = item
                 session.pending.append(handle)
+                self._probe.note_handover(len(token_ids))
                 yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=token_ids),
                                      sampling_params=params(handle.max_new))
 

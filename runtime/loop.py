@@ -31,6 +31,7 @@ from runtime.config import RunConfig
 logger = logging.getLogger(__name__)
 
 CONTROL_INTERVAL_S = 1.0
+_ORDER = {"tick": 0, "arrive": 1, "frame": 2}
 STALL_TICKS = 3  # ticks with frames waiting and no token out
 
 
@@ -97,6 +98,7 @@ class Runner:
         self._stall = StallDetector(STALL_TICKS)
         self._first_stall_at: float | None = None  # survives the stall guard's detector reset
         self._max_blocks_closed = 0
+        self._tokens_unticked = 0  # tokens of replaced in-flight frames, for the next tick
         if config.admission == "aimd":
             self.limit = AIMDLimit(AIMDConfig(initial=min(4, config.sessions),
                                               max_limit=max(config.sessions, 1),
@@ -135,13 +137,13 @@ class Runner:
         try:
             for i, t in enumerate(arrival_times(cfg.load_config())):
                 self._push(t, "arrive", i)
-            n_ticks = int(math.ceil(cfg.duration_s / self._frame_s))
-            for k in range(n_ticks + 1):
+            n_ticks = int(math.ceil(cfg.duration_s / self._frame_s - 1e-9))
+            for k in range(n_ticks):
                 self._push(k * self._frame_s, "tick", k)
             while self._heap and not self._stop.is_set():
-                t_rel, _, kind, payload = heapq.heappop(self._heap)
-                if t_rel > cfg.duration_s:
-                    break
+                t_rel, _, _, kind, payload = heapq.heappop(self._heap)
+                if t_rel >= cfg.duration_s - 1e-9:
+                    break  # the run is [0, duration): nothing starts at its end
                 self.engine.sleep_until(self._t0 + t_rel)
                 if kind == "tick":
                     self._on_tick(payload, t_rel)
@@ -151,6 +153,8 @@ class Runner:
                     self._on_frame(payload, t_rel)
             if self._stop.is_set():
                 status, reason = "aborted", self._stop_reason
+            else:
+                self.engine.sleep_until(self._t0 + cfg.duration_s)  # let the last deadlines pass
         except EngineFailed as exc:
             status, reason = "failed", f"engine failed: {exc}"
             logger.error("run %s failed: %s", self.run_id, reason)
@@ -168,7 +172,9 @@ class Runner:
         return self.summary
 
     def _push(self, t_rel: float, kind: str, payload) -> None:
-        heapq.heappush(self._heap, (t_rel, next(self._seq), kind, payload))
+        # At equal times a tick comes first: it samples the state the previous frames left.
+        heapq.heappush(self._heap, (round(t_rel, 9), _ORDER[kind], next(self._seq), kind,
+                                    payload))
 
     def _event(self, t_rel: float, kind: str, **detail) -> None:
         self.store.writer.add("events", {
@@ -211,7 +217,8 @@ class Runner:
             return
         idx = session.frame_idx
         session.frame_idx += 1
-        self._push(t_rel + self._frame_s, "frame", session_id)
+        # From the start time, not by adding periods: no drift against the tick grid.
+        self._push(session.start + session.frame_idx * self._frame_s, "frame", session_id)
         if session.inflight is not None and not session.inflight.done_by(now):
             # The engine still owes the previous frame: this one cannot even be submitted.
             self._write_frame(session, idx, t_rel, None, now)
@@ -223,10 +230,20 @@ class Runner:
                 return
             prompt = list(session.history) + tokens
         session.history.extend(tokens)
+        self._tokens_unticked += self._new_tokens(session)
         handle = self.engine.submit(session_id, prompt, cfg.tokens_out)
         session.kv_tokens += len(prompt) + cfg.tokens_out - 1
         session.max_blocks = max(session.max_blocks, self._resident_blocks(session.kv_tokens))
         session.inflight, session.record, session.tokens_seen = handle, (idx, handle), 0
+
+    @staticmethod
+    def _new_tokens(session: _Session) -> int:
+        """Tokens of the session's in-flight frame not yet counted by a tick."""
+        if session.inflight is None:
+            return 0
+        n = len(session.inflight.token_times)
+        new, session.tokens_seen = n - session.tokens_seen, n
+        return new
 
     def _max_model_len(self) -> int:
         return int(getattr(self.engine, "max_model_len", 1 << 30))
@@ -252,11 +269,13 @@ class Runner:
                     prompt_tokens=len(session.history))
         return True
 
-    def _finalise(self, session: _Session, now: float) -> None:
+    def _finalise(self, session: _Session, now: float, keep_early: bool = True) -> None:
         if session.record is None:
             return
         idx, handle = session.record
         session.record = None
+        if not keep_early and now < handle.t_submit + self._budget_s:
+            return  # cut off by the run's end before its deadline: neither late nor silent
         self._write_frame(session, idx, handle.t_submit - self._t0, handle, now)
 
     def _write_frame(self, session: _Session, idx: int, t_sub_rel: float,
@@ -302,7 +321,7 @@ class Runner:
         self.store.writer.add("frames", row)
 
     def _close_session(self, session: _Session, t_rel: float, why: str) -> None:
-        self._finalise(session, self.engine.now())
+        self._finalise(session, self.engine.now(), keep_early=why != "run ended")
         self.engine.close(session.session_id)
         self._sessions.pop(session.session_id, None)
         self._max_blocks_closed = max(self._max_blocks_closed, session.max_blocks)
@@ -328,21 +347,20 @@ class Runner:
         tot.max_overrun_ms = max(tot.max_overrun_ms, overrun_ms)
         if self.engine.error():
             raise EngineFailed(self.engine.error())
-        tokens_tick = 0
+        tokens_tick, self._tokens_unticked = self._tokens_unticked, 0
         waiting = 0
         for session in self._sessions.values():
+            tokens_tick += self._new_tokens(session)
             handle = session.inflight
-            if handle is None:
-                continue
-            n = len(handle.token_times)
-            tokens_tick += n - session.tokens_seen
-            session.tokens_seen = n
-            if not handle.done_by(now):
+            # Owed: submitted at least half a frame ago and not done (a frame submitted just
+            # now is not late yet).
+            if handle is not None and not handle.done_by(now) \
+                    and handle.t_submit <= now - self._frame_s / 2:
                 waiting += 1
-        stalled = self._stall.update(t_rel, tokens_tick, waiting)
+        pool = self.engine.pool()
+        stalled = self._stall.update(t_rel, tokens_tick, waiting, pool.occupancy)
         if stalled and self._first_stall_at is None:
             self._first_stall_at = self._stall.stall_at
-        pool = self.engine.pool()
         tot.max_occupancy = max(tot.max_occupancy, pool.occupancy)
         self._occ_t.append(t_rel)
         self._occ.append(pool.occupancy)

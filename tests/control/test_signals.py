@@ -37,14 +37,16 @@ def test_predict_uses_only_the_first_third_of_the_fill():
     assert predict_t_sat(ts, [0.0] * len(ts)) is None
 
 
-def test_stall_needs_waiting_frames_and_consecutive_quiet_ticks():
+def test_stall_needs_a_full_pool_owed_frames_and_consecutive_quiet_ticks():
     det = StallDetector(min_ticks=3)
-    assert not det.update(0.0, tokens_out=5, frames_waiting=4)
-    assert not det.update(0.1, 0, 4)
-    assert not det.update(0.2, 0, 4)
-    assert det.update(0.3, 0, 4)
+    assert not det.update(0.0, tokens_out=5, frames_waiting=4, occupancy=1.0)
+    assert not det.update(0.1, 0, 4, 1.0)
+    assert not det.update(0.2, 0, 4, 1.0)
+    assert det.update(0.3, 0, 4, 1.0)
     assert det.stall_at == 0.1
-    assert not det.update(0.4, 2, 4)  # progress clears the stall, keeps the first stall time
+    assert not det.update(0.4, 2, 4, 1.0)  # progress clears the stall, keeps the first time
     assert det.stall_at == 0.1
     idle = StallDetector(min_ticks=1)
-    assert not idle.update(0.0, 0, frames_waiting=0)  # nothing asked, nothing owed
+    assert not idle.update(0.0, 0, frames_waiting=0, occupancy=1.0)  # nothing owed
+    hiccup = StallDetector(min_ticks=1)
+    assert not hiccup.update(0.0, 0, frames_waiting=8, occupancy=0.6)  # room left: not a stall
