@@ -1,5 +1,11 @@
-"""Load generators: when sessions arrive and what each frame carries."""
+"""Load generators: when sessions arrive and what each frame carries.
 
-from load_gen.synthetic import LOADS, LoadConfig, SyntheticFrames, arrival_times
+Every source implements `next_frame(frame_s) -> Frame | None` (None: the source has ended) and is
+built per session by `make_frame_source`; `arrival_times` says when sessions arrive.
+"""
 
-__all__ = ["LOADS", "LoadConfig", "SyntheticFrames", "arrival_times"]
+from load_gen.synthetic import (LOADS, Frame, LoadConfig, SyntheticFrames, arrival_times,
+                                make_frame_source)
+
+__all__ = ["LOADS", "Frame", "LoadConfig", "SyntheticFrames", "arrival_times",
+           "make_frame_source"]

@@ -53,6 +53,15 @@ def arrival_times(cfg: LoadConfig) -> list[float]:
     return times
 
 
+@dataclass(frozen=True)
+class Frame:
+    """What a frame source yields once per frame period."""
+
+    token_ids: list[int]
+    t_media_s: float  # position in the source's own timeline (audio seconds, frame index·T)
+    voice_active: bool = True
+
+
 class SyntheticFrames:
     """Per-session token frames: seeded random ids, so runs are reproducible."""
 
@@ -64,7 +73,17 @@ class SyntheticFrames:
         self._rng = random.Random(session_seed)
         self._vocab = vocab_size
         self._n = tokens_in
+        self._index = 0
 
-    def next_frame(self) -> list[int]:
+    def next_frame(self, frame_s: float = 0.0) -> Frame | None:
+        """The next frame, or None when the source has ended (never, for synthetic load)."""
         # Id 0 is the special end-of-text token of the bundled tokenizers: avoid it.
-        return [self._rng.randrange(1, self._vocab) for _ in range(self._n)]
+        ids = [self._rng.randrange(1, self._vocab) for _ in range(self._n)]
+        frame = Frame(ids, self._index * frame_s)
+        self._index += 1
+        return frame
+
+
+def make_frame_source(load: LoadConfig, session_id: int, vocab_size: int, tokens_in: int):
+    """The frame source of one session of this load (a FrameSource: `next_frame(frame_s)`)."""
+    return SyntheticFrames(load.seed * 100_003 + session_id, vocab_size, tokens_in)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from control.limits import AIMDConfig, AIMDLimit, FixedLimit, Gate
 from control.signals import StallDetector, fit_occupancy, percentile, predict_t_sat
 from engine.contract import Engine, FrameHandle
-from load_gen.synthetic import SyntheticFrames, arrival_times
+from load_gen import arrival_times, make_frame_source
 from runtime.config import RunConfig
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class _Session:
     session_id: int
     start: float  # run-relative seconds of its first frame
     end: float
-    frames: SyntheticFrames
+    frames: object  # a load_gen frame source
     history: deque  # last W input tokens (rollover prompt); bounded
     kv_tokens: int = 0  # tokens the engine holds for it (grows by in + out − 1 per frame)
     frame_idx: int = 0
@@ -197,10 +197,9 @@ class Runner:
             start = math.ceil(t_rel / self._frame_s - 1e-9) * self._frame_s  # next tick
         end = start + cfg.session_s if cfg.session_s else math.inf
         window = cfg.window or cfg.tokens_in
-        session = _Session(session_id, start, end,
-                           SyntheticFrames(cfg.seed * 100_003 + session_id,
-                                           self.engine.vocab_size, cfg.tokens_in),
-                           deque(maxlen=window))
+        source = make_frame_source(cfg.load_config(), session_id, self.engine.vocab_size,
+                                   cfg.tokens_in)
+        session = _Session(session_id, start, end, source, deque(maxlen=window))
         self.engine.open(session_id)
         self._sessions[session_id] = session
         self._push(start, "frame", session_id)
@@ -215,6 +214,11 @@ class Runner:
         if t_rel >= session.end - 1e-9:
             self._close_session(session, t_rel, "session ended")
             return
+        # The source advances every period, served or not: speech does not wait for the engine.
+        frame = session.frames.next_frame(self._frame_s)
+        if frame is None:
+            self._close_session(session, t_rel, "source ended")
+            return
         idx = session.frame_idx
         session.frame_idx += 1
         # From the start time, not by adding periods: no drift against the tick grid.
@@ -223,7 +227,7 @@ class Runner:
             # The engine still owes the previous frame: this one cannot even be submitted.
             self._write_frame(session, idx, t_rel, None, now)
             return
-        tokens = session.frames.next_frame()
+        tokens = frame.token_ids
         prompt = tokens
         if session.kv_tokens + len(tokens) + cfg.tokens_out >= self._max_model_len():
             if not self._rollover(session, t_rel):
@@ -326,7 +330,7 @@ class Runner:
         self._sessions.pop(session.session_id, None)
         self._max_blocks_closed = max(self._max_blocks_closed, session.max_blocks)
         self.gate.release()
-        if why not in ("session ended", "run ended"):
+        if why not in ("session ended", "run ended", "source ended"):
             self._event(t_rel, "close", session_id=session.session_id, reason=why)
 
     def _close_all(self, t_rel: float) -> None:

@@ -20,9 +20,11 @@ def test_arrivals_stop_at_the_end_of_the_run():
 
 def test_frames_are_seeded_and_avoid_the_special_token():
     f1, f2 = SyntheticFrames(7, 100, 16), SyntheticFrames(7, 100, 16)
-    frames = [f1.next_frame() for _ in range(50)]
-    assert frames == [f2.next_frame() for _ in range(50)]
-    assert all(len(f) == 16 and 0 not in f and max(f) < 100 for f in frames)
+    frames = [f1.next_frame(0.08) for _ in range(50)]
+    assert frames == [f2.next_frame(0.08) for _ in range(50)]
+    assert all(len(f.token_ids) == 16 and 0 not in f.token_ids and max(f.token_ids) < 100
+               for f in frames)
+    assert frames[10].t_media_s == 10 * 0.08 and frames[0].voice_active
 
 
 @pytest.mark.parametrize("kwargs, match", [
