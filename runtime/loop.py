@@ -476,6 +476,7 @@ class Runner:
             "stall_at_s": None if stall_at is None else round(stall_at, 3),
             "tsat_pred_s": None if tsat is None else round(tsat, 3),
             "final_limit": self.limit.limit,
+            "twin_cost_source": getattr(getattr(self.engine, "cost", None), "source", None),
             "tick_overruns": tot.overruns, "max_overrun_ms": round(tot.max_overrun_ms, 3),
             "duration_s": round(end_rel, 3),
         }
