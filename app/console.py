@@ -81,7 +81,7 @@ def _settings_widgets() -> dict:
         "W: window tokens", value=256, step=32, key="window",
         help="Used with policy window. Kept KV is whole blocks (sinks + window from its first "
              "kept block), so it is not token-exact [0,S) ∪ (t−W, t].")
-    sinks = st.number_input("S: sink tokens", value=4, step=1, key="sinks",
+    sinks = st.number_input("S: sink tokens", value=0, step=1, key="sinks",
                             help="Used with policy window: the session's first tokens, kept.")
     sessions = st.number_input("Sessions N", value=8, step=1, key="sessions")
     frame_ms = st.number_input("Frame period (ms)", value=80.0, step=10.0, key="frame_ms")

@@ -291,11 +291,16 @@ class Runner:
                "t_submit": t_sub_rel, "deadline": t_sub_rel + budget_s,
                "tokens_expected": cfg.tokens_out, "skipped": handle is None}
         if handle is None:
-            # Never submitted: silent; latency unknown (NULL), the gateway still answers empty.
-            row.update(t_first=None, t_done=None, latency_ms=None, tokens_out=0,
-                       on_time=False, silent=True, complete=False)
-            naive_ms = cfg.wait_budget * cfg.budget if cfg.wait_budget else None
-            row.update(naive_latency_ms=naive_ms, naive_on_time=cfg.wait_budget is not None)
+            # Never submitted, never answered: its latency is at least the budget (a censored
+            # lower bound, complete = false), and a gateway with a wait budget answers empty.
+            latency_ms = cfg.budget
+            naive_ms = cfg.wait_budget * cfg.budget if cfg.wait_budget else latency_ms
+            row.update(t_first=None, t_done=None, latency_ms=latency_ms, tokens_out=0,
+                       on_time=False, silent=True, complete=False, naive_latency_ms=naive_ms,
+                       naive_on_time=cfg.wait_budget is not None)
+            tot.latencies.append(latency_ms)
+            tot.naive_latencies.append(naive_ms)
+            self._interval_lat.append(latency_ms)
         else:
             deadline = handle.t_submit + budget_s
             complete = handle.done_by(now) and handle.error is None
