@@ -1,10 +1,40 @@
-"""Concurrency limits after Netflix concurrency-limits: a Limit holds the cap, a Gate admits."""
+"""Concurrency limits after Netflix concurrency-limits: a Limit holds the cap and takes samples;
+the admission gate (control.admission) admits against it.
+
+A Limit sees one aggregated sample per control interval (`WindowedLimit` does the
+aggregation), never raw frames: `on_sample(now, latency_ms, inflight, dropped)` where
+latency is the interval's p95 and `dropped` says a frame went silent.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from control.signals import percentile
+
+LIMITS = ("fixed", "aimd", "gradient")
+
+
+class _Listeners:
+    def __init__(self) -> None:
+        self._listeners: list[Callable[[int], None]] = []
+
+    def on_change(self, listener: Callable[[int], None]) -> None:
+        self._listeners.append(listener)
+
+    def _notify(self, old: int, new: int) -> None:
+        if new != old:
+            for listener in self._listeners:
+                listener(new)
+
+
+def _check_bounds(initial: int, min_limit: int, max_limit: int) -> None:
+    if not 1 <= min_limit <= max_limit:
+        raise ValueError(f"limits min {min_limit} / max {max_limit}: need 1 ≤ min ≤ max")
+    if not min_limit <= initial <= max_limit:
+        raise ValueError(f"initial limit {initial} must be in [{min_limit}, {max_limit}]")
 
 
 @dataclass(frozen=True)
@@ -13,15 +43,12 @@ class AIMDConfig:
     min_limit: int = 1
     max_limit: int = 1024
     increase: int = 1
-    backoff: float = 0.75
+    backoff: float = 0.9
     target_fraction: float = 0.8  # latency target as a fraction of the frame budget
     headroom: int = 1  # grow only when inflight ≥ limit − headroom
 
     def __post_init__(self) -> None:
-        if not 1 <= self.min_limit <= self.max_limit:
-            raise ValueError(f"limits min {self.min_limit} / max {self.max_limit}: need 1 ≤ min ≤ max")
-        if not self.min_limit <= self.initial <= self.max_limit:
-            raise ValueError(f"initial limit {self.initial} must be in [{self.min_limit}, {self.max_limit}]")
+        _check_bounds(self.initial, self.min_limit, self.max_limit)
         if self.increase < 1:
             raise ValueError(f"increase {self.increase} must be ≥ 1")
         if not 0.5 <= self.backoff < 1:
@@ -32,41 +59,108 @@ class AIMDConfig:
             raise ValueError(f"headroom {self.headroom} must be ≥ 0")
 
 
-class AIMDLimit:
+class AIMDLimit(_Listeners):
     """Additive increase while latency has headroom, multiplicative decrease on a drop."""
 
+    kind = "aimd"
+
     def __init__(self, config: AIMDConfig, budget_ms: float) -> None:
+        super().__init__()
         if budget_ms <= 0:
             raise ValueError(f"budget {budget_ms} ms must be > 0")
         self.config = config
         self.budget_ms = budget_ms
         self._limit = config.initial
-        self._listeners: list[Callable[[int], None]] = []
 
     @property
     def limit(self) -> int:
         return self._limit
 
-    def on_change(self, listener: Callable[[int], None]) -> None:
-        self._listeners.append(listener)
+    @property
+    def target_ms(self) -> float:
+        return self.config.target_fraction * self.budget_ms
+
+    def retarget(self, target_fraction: float) -> None:
+        self.config = replace(self.config, target_fraction=target_fraction)
 
     def on_sample(self, now: float, latency_ms: float, inflight: int, dropped: bool) -> int:
         cfg = self.config
         old = self._limit
-        if dropped or latency_ms > cfg.target_fraction * self.budget_ms:
+        if dropped or latency_ms > self.target_ms:
             self._limit = max(cfg.min_limit, math.floor(self._limit * cfg.backoff))
         elif inflight >= self._limit - cfg.headroom:
             self._limit = min(cfg.max_limit, self._limit + cfg.increase)
-        if self._limit != old:
-            for listener in self._listeners:
-                listener(self._limit)
+        self._notify(old, self._limit)
         return self._limit
 
 
-class FixedLimit:
-    """No control: admit everything up to a fixed cap (the `--admission off` case)."""
+@dataclass(frozen=True)
+class GradientConfig:
+    initial: int = 4
+    min_limit: int = 1
+    max_limit: int = 1024
+    target_fraction: float = 0.8
+    smoothing: float = 0.2  # weight of the new estimate
+    tolerance: float = 1.0  # latency may reach tolerance·target before the gradient bites
+
+    def __post_init__(self) -> None:
+        _check_bounds(self.initial, self.min_limit, self.max_limit)
+        if not 0 < self.target_fraction <= 1:
+            raise ValueError(f"target {self.target_fraction} must be in (0, 1] of the budget")
+        if not 0 < self.smoothing <= 1:
+            raise ValueError(f"smoothing {self.smoothing} must be in (0, 1]")
+        if not 1 <= self.tolerance <= 2:
+            raise ValueError(f"tolerance {self.tolerance} must be in [1, 2]")
+
+
+class GradientLimit(_Listeners):
+    """Gradient (Envoy / Netflix Gradient2 family): scale the cap by target/measured latency,
+    plus a √limit queue allowance so it can probe upwards when latency has headroom."""
+
+    kind = "gradient"
+
+    def __init__(self, config: GradientConfig, budget_ms: float) -> None:
+        super().__init__()
+        if budget_ms <= 0:
+            raise ValueError(f"budget {budget_ms} ms must be > 0")
+        self.config = config
+        self.budget_ms = budget_ms
+        self._estimate = float(config.initial)
+
+    @property
+    def limit(self) -> int:
+        return int(self._estimate)
+
+    @property
+    def target_ms(self) -> float:
+        return self.config.target_fraction * self.budget_ms
+
+    def retarget(self, target_fraction: float) -> None:
+        self.config = replace(self.config, target_fraction=target_fraction)
+
+    def on_sample(self, now: float, latency_ms: float, inflight: int, dropped: bool) -> int:
+        cfg = self.config
+        old = self.limit
+        if dropped:
+            gradient = 0.5
+        else:
+            gradient = max(0.5, min(1.0, cfg.tolerance * self.target_ms / max(latency_ms, 1e-6)))
+        # Only probe upwards when the cap is actually in use (as AIMD does).
+        queue = math.sqrt(self._estimate) if inflight >= self.limit - 1 and gradient >= 1 else 0.0
+        new = self._estimate * gradient + queue
+        self._estimate = (1 - cfg.smoothing) * self._estimate + cfg.smoothing * new
+        self._estimate = min(cfg.max_limit, max(cfg.min_limit, self._estimate))
+        self._notify(old, self.limit)
+        return self.limit
+
+
+class FixedLimit(_Listeners):
+    """The operator's override: a constant cap."""
+
+    kind = "fixed"
 
     def __init__(self, limit: int) -> None:
+        super().__init__()
         if limit < 1:
             raise ValueError(f"limit {limit} must be ≥ 1")
         self._limit = limit
@@ -79,24 +173,43 @@ class FixedLimit:
         return self._limit
 
 
-class Gate:
-    """Admits a session while live < limit; rejections carry a reason."""
+class WindowedLimit:
+    """Feeds a Limit one sample per control interval: the interval's p95 frame latency, and
+    `dropped` when any frame went silent. Intervals with fewer than `min_samples` frames and no
+    drop are skipped (too little to say anything). The clock is whatever `now` callers pass."""
 
-    def __init__(self, limit) -> None:
-        self.limit = limit
-        self.live = 0
-        self.admitted = 0
-        self.rejected = 0
+    def __init__(self, limit, interval_s: float = 1.0, min_samples: int = 10) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"control interval {interval_s} s must be > 0")
+        if min_samples < 1:
+            raise ValueError(f"minimum sample count {min_samples} must be ≥ 1")
+        self.inner = limit
+        self.interval_s = interval_s
+        self.min_samples = min_samples
+        self._start: float | None = None
+        self._latencies: list[float] = []
+        self._dropped = False
+        self.last_p95_ms: float | None = None
 
-    def acquire(self) -> str | None:
-        """None when admitted, else the rejection reason."""
-        if self.live >= self.limit.limit:
-            self.rejected += 1
-            return "over_limit"
-        self.live += 1
-        self.admitted += 1
-        return None
+    @property
+    def limit(self) -> int:
+        return self.inner.limit
 
-    def release(self) -> None:
-        assert self.live > 0, "release without acquire"
-        self.live -= 1
+    def add(self, now: float, latency_ms: float, silent: bool) -> None:
+        if self._start is None:
+            self._start = now
+        self._latencies.append(latency_ms)
+        self._dropped = self._dropped or silent
+
+    def maybe_sample(self, now: float, inflight: int) -> bool:
+        """Close the interval if it is over; True when the inner limit got a sample."""
+        if self._start is None or now - self._start < self.interval_s:
+            return False
+        samples, dropped = self._latencies, self._dropped
+        self._start, self._latencies, self._dropped = now, [], False
+        if len(samples) < self.min_samples and not dropped:
+            return False
+        p95 = percentile(samples, 0.95) if samples else math.inf
+        self.last_p95_ms = p95
+        self.inner.on_sample(now, p95, inflight, dropped)
+        return True

@@ -95,3 +95,38 @@ class StallDetector:
         if self.stalled_now and self.stall_at is None:
             self.stall_at = self._quiet_since
         return self.stalled_now
+
+
+class OccupancyTracker:
+    """Live ρ(t) fit over the last `window_s` seconds of samples: slope, t_sat from now."""
+
+    def __init__(self, window_s: float = 5.0, min_samples: int = 5) -> None:
+        if window_s <= 0:
+            raise ValueError(f"fit window {window_s} s must be > 0")
+        self.window_s = window_s
+        self.min_samples = min_samples
+        self._ts: list[float] = []
+        self._rhos: list[float] = []
+
+    def add(self, t: float, rho: float) -> None:
+        self._ts.append(t)
+        self._rhos.append(rho)
+        while self._ts and self._ts[0] < t - self.window_s:
+            self._ts.pop(0)
+            self._rhos.pop(0)
+
+    @property
+    def rho_now(self) -> float:
+        return self._rhos[-1] if self._rhos else 0.0
+
+    def fit(self) -> OccupancyFit | None:
+        if len(self._ts) < self.min_samples:
+            return None
+        return fit_occupancy(self._ts, self._rhos)
+
+    def t_sat_from_now(self) -> float | None:
+        """Seconds until ρ reaches 1 at the fitted slope; None when not rising."""
+        fit = self.fit()
+        if fit is None or fit.slope_per_s <= 1e-6 or not self._ts:
+            return None
+        return max(0.0, (1.0 - self.rho_now) / fit.slope_per_s)

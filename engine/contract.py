@@ -108,6 +108,7 @@ class Engine(ABC):
 
     name: str = "engine"
     simulated: bool = False
+    live_policy: bool = False  # whether set_policy works while sessions run
 
     @abstractmethod
     def now(self) -> float:

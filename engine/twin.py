@@ -60,6 +60,7 @@ class TwinEngine(Engine):
 
     name = "twin"
     simulated = True
+    live_policy = True
 
     def __init__(self, config: EngineConfig, cost: CostModel | None = None,
                  vocab_size: int = 2048, max_prefill_tokens: int = 2048) -> None:

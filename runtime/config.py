@@ -10,7 +10,8 @@ from engine.contract import KVPolicy
 from load_gen.synthetic import LoadConfig
 
 ENGINES = ("vllm", "twin")
-ADMISSIONS = ("off", "aimd")
+ADMISSIONS = ("off", "aimd", "gradient")
+MEMORY_GUARDS = ("off", "on")
 STALL_GUARDS = ("off", "on")
 
 
@@ -44,6 +45,8 @@ class RunConfig:
     admission: str = "off"
     target: float = 0.8
     stall_guard: str = "off"
+    memory_guard: str = "off"
+    control_interval_s: float = 1.0
     vllm_args: tuple = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -65,6 +68,10 @@ class RunConfig:
         if self.stall_guard not in STALL_GUARDS:
             raise ValueError(
                 f"stall guard {self.stall_guard!r} is not one of {', '.join(STALL_GUARDS)}")
+        if self.memory_guard not in MEMORY_GUARDS:
+            raise ValueError(
+                f"memory guard {self.memory_guard!r} is not one of {', '.join(MEMORY_GUARDS)}")
+        _positive("control interval", self.control_interval_s, " s")
         if self.policy == "window" and self.window is None:
             raise ValueError("policy window needs --window (tokens, ≥ one block)")
         if self.policy == "unbounded" and self.window is not None:

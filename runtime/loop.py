@@ -22,17 +22,20 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 
-from control.limits import AIMDConfig, AIMDLimit, FixedLimit, Gate
-from control.signals import StallDetector, fit_occupancy, percentile, predict_t_sat
+from control.admission import Gate, MemoryGuard, MemoryGuardConfig
+from control.limits import (AIMDConfig, AIMDLimit, FixedLimit, GradientConfig, GradientLimit,
+                            WindowedLimit)
+from control.signals import (OccupancyTracker, StallDetector, fit_occupancy, percentile,
+                             predict_t_sat)
+from engine.contract import KVPolicy
 from engine.contract import Engine, FrameHandle
 from load_gen import arrival_times, make_frame_source
 from runtime.config import RunConfig
 
 logger = logging.getLogger(__name__)
 
-CONTROL_INTERVAL_S = 1.0
 _ORDER = {"tick": 0, "arrive": 1, "frame": 2}
-STALL_TICKS = 3  # ticks with frames waiting and no token out
+STALL_TICKS = 2  # ticks with a full pool, frames owed and no token out: a stall
 
 
 class EngineFailed(RuntimeError):
@@ -91,23 +94,117 @@ class Runner:
         self._totals = _Totals()
         self._occ_t: list[float] = []
         self._occ: list[float] = []
-        self._interval_lat: list[float] = []
-        self._interval_drop = False
         self._budget_s = config.budget / 1e3
         self._frame_s = config.frame_ms / 1e3
         self._stall = StallDetector(STALL_TICKS)
         self._first_stall_at: float | None = None  # survives the stall guard's detector reset
         self._max_blocks_closed = 0
         self._tokens_unticked = 0  # tokens of replaced in-flight frames, for the next tick
-        if config.admission == "aimd":
-            self.limit = AIMDLimit(AIMDConfig(initial=min(4, config.sessions),
-                                              max_limit=max(config.sessions, 1),
-                                              target_fraction=config.target), config.budget)
-        else:
-            self.limit = FixedLimit(max(config.sessions, 1))
-        self.gate = Gate(self.limit)
+        self._tick_frames = 0  # frames finalised since the last tick (silent rate per tick)
+        self._tick_silent = 0
+        self.limit = self._make_limit(config.admission)
+        self.control = WindowedLimit(self.limit, config.control_interval_s,
+                                     min_samples=max(3, config.sessions // 4))
+        guard = MemoryGuard(MemoryGuardConfig()) if config.memory_guard == "on" else None
+        self.gate = Gate(self.limit, guard)
+        self._occupancy = OccupancyTracker(window_s=max(2.0, 10 * self._frame_s))
+        self._changes: list[tuple[str, object]] = []  # live changes, applied at the next tick
+        self._changes_lock = threading.Lock()
+        self._stall_guard = config.stall_guard
+
+    def _make_limit(self, kind: str, **overrides):
+        cfg = self.config
+        cap = max(cfg.sessions, 1)
+        if kind == "aimd":
+            params = {"initial": min(4, cap), "max_limit": cap, "target_fraction": cfg.target}
+            return AIMDLimit(AIMDConfig(**{**params, **overrides}), cfg.budget)
+        if kind == "gradient":
+            params = {"initial": min(4, cap), "max_limit": cap, "target_fraction": cfg.target}
+            return GradientLimit(GradientConfig(**{**params, **overrides}), cfg.budget)
+        if kind in ("off", "fixed"):
+            return FixedLimit(int(overrides.get("limit", cap)))
+        raise ValueError(f"limit {kind!r} is not one of off, fixed, aimd, gradient")
 
     # --- control from other threads -----------------------------------------------------------
+    def apply(self, **change) -> str:
+        """Change a setting live (from any thread). Validates now, raises ValueError with a
+        one-line reason; applies at the next tick in the run thread, where it is recorded as a
+        `param_change` event. Returns the confirmation to show the operator.
+
+        Keys: window, sinks, policy (the KV policy); target (fraction of the budget);
+        limit ("fixed" | "aimd" | "gradient") with limit_params (dict); stall_guard ("on"/"off").
+        """
+        if self.status != "running":
+            raise ValueError(f"run {self.run_id} is {self.status}; nothing to change")
+        unknown = sorted(set(change) - {"window", "sinks", "policy", "target", "limit",
+                                        "limit_params", "stall_guard"})
+        if unknown:
+            raise ValueError(f"unknown setting(s) {', '.join(unknown)}")
+        done = []
+        if {"window", "sinks", "policy"} & set(change):
+            old = self.engine.policy
+            policy = KVPolicy(change.get("policy", old.kind),
+                              change.get("window", old.window_tokens),
+                              change.get("sinks", old.sink_tokens))
+            policy.check_block_size(self.config.block_size)
+            if not getattr(self.engine, "live_policy", False):
+                raise ValueError(
+                    f"the {self.engine.name} engine cannot change W or S while running; "
+                    "start a new run with the new values")
+            self._queue_change("policy", policy)
+            done.append(f"KV policy {self._policy_text(old)} → {self._policy_text(policy)}")
+        if "target" in change:
+            target = float(change["target"])
+            if not 0 < target <= 1:
+                raise ValueError(f"target {target} must be in (0, 1] of the budget")
+            self._queue_change("target", target)
+            done.append(f"latency target {target:.2f}·budget")
+        if "limit" in change:
+            limit = self._make_limit(change["limit"], **change.get("limit_params", {}))
+            self._queue_change("limit", limit)
+            done.append(f"limit {change['limit']} (cap {limit.limit})")
+        if "stall_guard" in change:
+            if change["stall_guard"] not in ("on", "off"):
+                raise ValueError(f"stall guard {change['stall_guard']!r} is not one of on, off")
+            self._queue_change("stall_guard", change["stall_guard"])
+            done.append(f"stall guard {change['stall_guard']}")
+        return "applied at the next tick: " + "; ".join(done)
+
+    @staticmethod
+    def _policy_text(policy: KVPolicy) -> str:
+        if policy.kind == "unbounded":
+            return "unbounded"
+        return f"window W={policy.window_tokens} S={policy.sink_tokens}"
+
+    def _queue_change(self, key: str, value) -> None:
+        with self._changes_lock:
+            self._changes.append((key, value))
+
+    def _apply_changes(self, t_rel: float) -> None:
+        with self._changes_lock:
+            changes, self._changes = self._changes, []
+        for key, value in changes:
+            if key == "policy":
+                old = self.engine.policy
+                self.engine.set_policy(value)
+                detail = {"old": self._policy_text(old), "new": self._policy_text(value)}
+            elif key == "target":
+                detail = {"old": getattr(self.limit, "config", None) and
+                          self.limit.config.target_fraction, "new": value}
+                if hasattr(self.limit, "retarget"):
+                    self.limit.retarget(value)
+            elif key == "limit":
+                detail = {"old": getattr(self.limit, "kind", "?"), "new": value.kind,
+                          "cap": value.limit}
+                self.limit = value
+                self.gate.limit = value
+                self.control.inner = value
+            else:
+                detail = {"old": self._stall_guard, "new": value}
+                self._stall_guard = value
+            self._event(t_rel, "param_change", setting=key, **detail)
+
+    # --- control from other threads (run lifecycle) --------------------------------------------
     def start(self) -> threading.Thread:
         self._thread = threading.Thread(target=self.run, name=f"metronome-run-{self.run_id}",
                                         daemon=True)
@@ -184,11 +281,11 @@ class Runner:
     # --- arrivals and frames ------------------------------------------------------------------
     def _on_arrive(self, session_id: int, t_rel: float) -> None:
         cfg = self.config
-        reason = self.gate.acquire()
+        reason = self.gate.acquire(self._memory_signals(t_rel))
         if reason is not None:
             self._totals.rejected += 1
             self._event(t_rel, "reject", session_id=session_id, reason=reason,
-                        limit=self.limit.limit)
+                        limit=self.limit.limit, occupancy=round(self._occupancy.rho_now, 4))
             return
         self._totals.admitted += 1
         if cfg.stagger:
@@ -203,6 +300,23 @@ class Runner:
         self.engine.open(session_id)
         self._sessions[session_id] = session
         self._push(start, "frame", session_id)
+
+    def _memory_signals(self, t_rel: float) -> dict:
+        """What the memory guard weighs: ρ now, growth per session (fitted, or from the load's
+        token rate before there is a fit), the bounded share per session, the lifetime."""
+        cfg = self.config
+        pool_tokens = cfg.pool_blocks * cfg.block_size
+        live = len(self._sessions)
+        fit = self._occupancy.fit()
+        if fit is not None and live > 0:
+            growth = max(fit.slope_per_s, 0.0) / live
+        else:
+            growth = (cfg.tokens_in + cfg.tokens_out - 1) / self._frame_s / pool_tokens
+        cap = self.engine.policy.blocks_per_session(cfg.block_size)
+        plateau = None if cap is None else cap / cfg.pool_blocks
+        lifetime = cfg.session_s if cfg.session_s else max(0.0, cfg.duration_s - t_rel)
+        return {"rho_now": self._occupancy.rho_now, "growth_per_session_per_s": growth,
+                "plateau_per_session": plateau, "lifetime_s": lifetime}
 
     def _on_frame(self, session_id: int, t_rel: float) -> None:
         cfg = self.config
@@ -300,7 +414,6 @@ class Runner:
                        naive_on_time=cfg.wait_budget is not None)
             tot.latencies.append(latency_ms)
             tot.naive_latencies.append(naive_ms)
-            self._interval_lat.append(latency_ms)
         else:
             deadline = handle.t_submit + budget_s
             complete = handle.done_by(now) and handle.error is None
@@ -320,13 +433,13 @@ class Runner:
                 silent=n_out == 0, complete=complete)
             tot.latencies.append(latency_ms)
             tot.naive_latencies.append(naive_ms)
-            self._interval_lat.append(latency_ms)
         tot.frames += 1
         tot.silent += row["silent"]
         tot.on_time += row["on_time"]
         tot.naive_on_time += bool(row["naive_on_time"])
-        if row["silent"]:
-            self._interval_drop = True
+        self.control.add(now, row["latency_ms"], row["silent"])
+        self._tick_frames += 1
+        self._tick_silent += row["silent"]
         self.store.writer.add("frames", row)
 
     def _close_session(self, session: _Session, t_rel: float, why: str) -> None:
@@ -373,10 +486,14 @@ class Runner:
         tot.max_occupancy = max(tot.max_occupancy, pool.occupancy)
         self._occ_t.append(t_rel)
         self._occ.append(pool.occupancy)
-        if stalled and cfg.stall_guard == "on":
+        self._apply_changes(t_rel)
+        if stalled and self._stall_guard == "on":
             self._evict_for_stall(t_rel)
-        if k > 0 and k % max(1, round(CONTROL_INTERVAL_S / self._frame_s)) == 0:
-            self._control_sample(now)
+        self._occupancy.add(t_rel, pool.occupancy)
+        self.control.maybe_sample(now, len(self._sessions))
+        silent_rate = self._tick_silent / self._tick_frames if self._tick_frames else None
+        self._tick_frames = self._tick_silent = 0
+        fit = self._occupancy.fit()
         self.store.writer.add("ticks", {
             "run_id": self.run_id, "tick": k, "t": t_rel, "live": len(self._sessions),
             "limit_sessions": self.limit.limit, "occupancy": pool.occupancy,
@@ -384,21 +501,15 @@ class Runner:
             "running": pool.running, "waiting": pool.waiting, "paused": pool.paused,
             "admitted": tot.admitted, "rejected": tot.rejected, "evicted": tot.evicted,
             "overrun_ms": overrun_ms, "tokens_out": tokens_tick, "frames_waiting": waiting,
-            "stalled": stalled})
+            "stalled": stalled, "p95_ms": self.control.last_p95_ms, "silent_rate": silent_rate,
+            "tsat_s": self._occupancy.t_sat_from_now(),
+            "rho_slope_per_s": None if fit is None else fit.slope_per_s})
         steps = self.engine.drain_step_stats()
         for step in steps:
             step["run_id"] = self.run_id
             step["t"] = step["t"] - self._t0
         self.store.writer.add_many("steps", steps)
         self.progress = min(1.0, t_rel / cfg.duration_s)
-
-    def _control_sample(self, now: float) -> None:
-        samples, self._interval_lat = self._interval_lat, []
-        dropped, self._interval_drop = self._interval_drop, False
-        if len(samples) < 3 and not dropped:
-            return  # too few samples to say anything
-        p95 = percentile(samples, 0.95) if samples else math.inf
-        self.limit.on_sample(now, p95, len(self._sessions), dropped)
 
     def _evict_for_stall(self, t_rel: float) -> None:
         """Stall guard: evict the session holding the most KV (frees the most blocks)."""
@@ -425,7 +536,7 @@ class Runner:
             "wait_budget": cfg.wait_budget, "load": cfg.load, "sessions": cfg.sessions,
             "arrival_rate": cfg.arrival_rate, "session_s": cfg.session_s,
             "duration_s": cfg.duration_s, "admission": cfg.admission, "target": cfg.target,
-            "stall_guard": cfg.stall_guard, "seed": cfg.seed,
+            "stall_guard": cfg.stall_guard, "memory_guard": cfg.memory_guard, "seed": cfg.seed,
             "settings": json.dumps(cfg.as_dict(), default=str), "summary": None}
 
     def _write_run_start(self) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import duckdb
 
-from store.schema import RUN_STATUSES, SCHEMA, TABLES
+from store.schema import MIGRATIONS, RUN_STATUSES, SCHEMA, TABLES
 from store.writer import StoreWriter
 
 logger = logging.getLogger(__name__)
@@ -34,6 +34,7 @@ class Store:
         self.path = path
         self._con = _connect(path)
         self._con.execute(SCHEMA)
+        self._con.execute(MIGRATIONS)
         self._abort_orphans()
         self.writer = StoreWriter(self._con.cursor())
         self._closed = False

@@ -102,4 +102,13 @@ CREATE INDEX IF NOT EXISTS frames_run ON frames (run_id);
 CREATE INDEX IF NOT EXISTS ticks_run ON ticks (run_id);
 """
 
+# Columns added after a table first shipped: applied to existing files on open.
+MIGRATIONS = """
+ALTER TABLE ticks ADD COLUMN IF NOT EXISTS p95_ms DOUBLE;
+ALTER TABLE ticks ADD COLUMN IF NOT EXISTS silent_rate DOUBLE;
+ALTER TABLE ticks ADD COLUMN IF NOT EXISTS tsat_s DOUBLE;
+ALTER TABLE ticks ADD COLUMN IF NOT EXISTS rho_slope_per_s DOUBLE;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS memory_guard VARCHAR;
+"""
+
 TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models")

@@ -1,6 +1,11 @@
+import math
+
 import pytest
 
-from control.limits import AIMDConfig, AIMDLimit, FixedLimit, Gate
+from control.admission import Gate, MemoryGuard, MemoryGuardConfig
+from control.limits import (AIMDConfig, AIMDLimit, FixedLimit, GradientConfig, GradientLimit,
+                            WindowedLimit)
+from control.signals import OccupancyTracker
 
 
 def test_aimd_backs_off_on_drop_and_grows_near_the_cap():
@@ -29,10 +34,60 @@ def test_aimd_config_names_the_bad_value(kwargs, match):
         AIMDConfig(**kwargs)
 
 
-def test_gate_rejects_over_limit_with_a_reason_and_releases():
-    gate = Gate(FixedLimit(2))
-    assert gate.acquire() is None and gate.acquire() is None
-    assert gate.acquire() == "over_limit"
+def test_gradient_shrinks_with_latency_and_probes_up_with_headroom():
+    limit = GradientLimit(GradientConfig(initial=16, max_limit=64, smoothing=1.0), budget_ms=100)
+    assert limit.on_sample(0, latency_ms=160, inflight=16, dropped=False) == 8  # 80/160 = 0.5
+    assert limit.on_sample(1, latency_ms=40, inflight=8, dropped=False) == 10  # 8 + √8
+    assert limit.on_sample(2, latency_ms=40, inflight=2, dropped=False) == 10  # cap unused
+    assert limit.on_sample(3, latency_ms=1, inflight=10, dropped=True) == 5  # a drop halves
+    smooth = GradientLimit(GradientConfig(initial=16, smoothing=0.25), budget_ms=100)
+    assert smooth.on_sample(0, 160, 16, False) == 14  # 16 − 0.25·8
+    with pytest.raises(ValueError, match="smoothing 0"):
+        GradientConfig(smoothing=0)
+
+
+def test_windowed_limit_feeds_one_p95_per_interval_with_a_minimum_count():
+    inner = AIMDLimit(AIMDConfig(initial=4, max_limit=10), budget_ms=100)
+    seen = []
+    inner.on_sample = lambda now, lat, inflight, dropped: seen.append((now, lat, dropped))
+    win = WindowedLimit(inner, interval_s=1.0, min_samples=5)
+    for i in range(20):  # 20 frames in 0.95 s: interval not over yet
+        win.add(i * 0.05, float(i), silent=False)
+    assert not win.maybe_sample(0.95, inflight=4) and seen == []
+    assert win.maybe_sample(1.0, inflight=4)
+    assert seen[0][0] == 1.0 and math.isclose(seen[0][1], 18.05) and not seen[0][2]
+    win.add(1.1, 5.0, silent=False)  # too few, no drop: skipped
+    assert not win.maybe_sample(2.1, inflight=4) and len(seen) == 1
+    win.add(2.2, 5.0, silent=True)  # too few, but a silent frame always counts
+    assert win.maybe_sample(3.3, inflight=4) and seen[1][2] is True
+
+
+def test_memory_guard_projects_the_fill_over_the_lifetime():
+    guard = MemoryGuard(MemoryGuardConfig(max_plateau=0.9))
+    # unbounded: 2 live + 1 at 0.05 ρ/s each from ρ 0.4 → full in 4 s
+    assert guard.admits(0.4, 2, 0.05, None, lifetime_s=3.0)
+    assert not guard.admits(0.4, 2, 0.05, None, lifetime_s=5.0)
+    # bounded: 0.1 of the pool each → 9 sessions is 0.9: refused; 8 is fine
+    assert guard.admits(0.7, 7, 0.0, 0.1, lifetime_s=1e9)
+    assert not guard.admits(0.8, 8, 0.0, 0.1, lifetime_s=1e9)
+
+
+def test_gate_rejects_with_reasons_and_releases():
+    gate = Gate(FixedLimit(2), MemoryGuard(MemoryGuardConfig(max_plateau=0.5)))
+    mem = {"rho_now": 0.0, "growth_per_session_per_s": 0.0, "plateau_per_session": 0.3,
+           "lifetime_s": 10.0}
+    assert gate.acquire(mem) is None and gate.acquire(mem) == "memory_guard"  # 2 × 0.3 ≥ 0.5
+    assert gate.acquire(None) is None  # no memory signals: only the limit applies
+    assert gate.acquire(None) == "over_limit"
     gate.release()
-    assert gate.acquire() is None
-    assert (gate.admitted, gate.rejected) == (3, 1)
+    assert gate.live == 1
+    assert gate.rejected == {"over_limit": 1, "memory_guard": 1} and gate.admitted == 2
+
+
+def test_occupancy_tracker_fits_recent_samples_only():
+    tr = OccupancyTracker(window_s=1.0, min_samples=3)
+    for i in range(40):  # flat for 2 s, then rising at 0.2/s
+        t = i * 0.1
+        tr.add(t, 0.3 if t < 2 else 0.3 + 0.2 * (t - 2))
+    assert math.isclose(tr.fit().slope_per_s, 0.2, rel_tol=1e-6)
+    assert math.isclose(tr.t_sat_from_now(), (1 - tr.rho_now) / 0.2, rel_tol=1e-6)
