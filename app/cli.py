@@ -53,15 +53,24 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tokens-out", type=int, default=4)
     run.add_argument("--wait-budget", type=_positive_float, default=None,
                      help="gateway mode: answer an empty frame after F·budget")
-    run.add_argument("--load", choices=["fixed", "ramp", "poisson"], default="fixed")
+    run.add_argument("--load", choices=["fixed", "ramp", "poisson", "wav", "mic"],
+                     default="fixed", help="wav: replay --wav-dir; mic: one live session")
+    run.add_argument("--wav-dir", default=None,
+                     help="load wav: folder of .wav files; session i replays file i mod count")
+    run.add_argument("--wav-loop", action=argparse.BooleanOptionalAction, default=True,
+                     help="load wav: loop each file (--no-wav-loop: its session ends with it)")
+    run.add_argument("--mic-device", default=None,
+                     help="load mic: input device index or name (default: the system's input)")
     run.add_argument("--sessions", type=int, default=8)
     run.add_argument("--arrival-rate", type=_positive_float, default=None)
     run.add_argument("--session-s", type=_positive_float, default=None)
     run.add_argument("--duration", type=_positive_float, default=10.0, help="seconds")
     run.add_argument("--stagger", action="store_true", help="phase-stagger session frames")
-    run.add_argument("--admission", choices=["off", "aimd"], default="off")
+    run.add_argument("--admission", choices=["off", "aimd", "gradient"], default="off")
     run.add_argument("--target", type=_positive_float, default=0.8)
     run.add_argument("--stall-guard", choices=["on", "off"], default="off")
+    run.add_argument("--memory-guard", choices=["on", "off"], default="off",
+                     help="refuse sessions the pool could not hold for their lifetime")
     run.add_argument("--vllm-arg", action="append", default=[], metavar="KEY=VALUE",
                      help="pass an engine argument to vLLM (repeatable)")
 
@@ -105,8 +114,9 @@ def run_config_from_args(args) -> "RunConfig":  # noqa: F821 - imported lazily
         frame_ms=args.frame_ms, budget_ms=args.budget_ms, tokens_in=args.tokens_in,
         tokens_out=args.tokens_out, wait_budget=args.wait_budget, load=args.load,
         sessions=args.sessions, arrival_rate=args.arrival_rate, session_s=args.session_s,
-        duration_s=args.duration, stagger=args.stagger, admission=args.admission,
-        target=args.target, stall_guard=args.stall_guard,
+        duration_s=args.duration, stagger=args.stagger, wav_dir=args.wav_dir,
+        wav_loop=args.wav_loop, mic_device=args.mic_device, admission=args.admission,
+        target=args.target, stall_guard=args.stall_guard, memory_guard=args.memory_guard,
         vllm_args=parse_vllm_args(args.vllm_arg))
 
 

@@ -12,13 +12,13 @@ REJECT_REASONS = ("over_limit", "memory_guard")
 @dataclass(frozen=True)
 class MemoryGuardConfig:
     max_plateau: float = 0.9  # refuse when the projected ρ∞ with one more session reaches this
-    min_margin_s: float = 0.0  # extra lifetime the pool must outlast
+    safety: float = 1.2  # the pool must outlast the lifetime by this factor
 
     def __post_init__(self) -> None:
         if not 0 < self.max_plateau <= 1:
             raise ValueError(f"memory guard plateau {self.max_plateau} must be in (0, 1]")
-        if self.min_margin_s < 0:
-            raise ValueError(f"memory guard margin {self.min_margin_s} s must be ≥ 0")
+        if not 1 <= self.safety <= 10:
+            raise ValueError(f"memory guard safety {self.safety} must be in [1, 10]")
 
 
 class MemoryGuard:
@@ -41,7 +41,7 @@ class MemoryGuard:
         if growth <= 0:
             return rho_now < self.config.max_plateau
         t_sat = (1.0 - rho_now) / growth
-        return t_sat > lifetime_s + self.config.min_margin_s and not math.isclose(t_sat, 0.0)
+        return t_sat > lifetime_s * self.config.safety and not math.isclose(t_sat, 0.0)
 
 
 class Gate:

@@ -246,3 +246,22 @@ def fit_cost_model(steps: list[dict], source: str = "fit") -> tuple[CostModel, d
         full[0] = float(y.mean())
     model = CostModel(float(full[0]), float(full[1]), float(full[2]), source=source)
     return model, {"n_steps": int(len(y)), "r2": 1 - ss_res / ss_tot}
+
+
+def synchronized_frame_ms(cost: CostModel, sessions: int, tokens_in: int, tokens_out: int,
+                          resident_tokens: int) -> float:
+    """Analytic frame latency when `sessions` submit together and each attends over
+    `resident_tokens`: one prefill step for all chunks, then tokens_out − 1 decode steps."""
+    prefill = cost.step_ms(sessions * tokens_in, sessions * resident_tokens)
+    decode = cost.step_ms(sessions, sessions * resident_tokens)
+    return prefill + (tokens_out - 1) * decode
+
+
+def analytic_n_star(cost: CostModel, target_ms: float, tokens_in: int, tokens_out: int,
+                    resident_tokens: int, n_max: int = 10_000) -> int:
+    """The largest session count whose synchronized frame latency stays within target_ms."""
+    n = 0
+    while n < n_max and synchronized_frame_ms(cost, n + 1, tokens_in, tokens_out,
+                                              resident_tokens) <= target_ms:
+        n += 1
+    return n

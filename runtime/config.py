@@ -42,6 +42,9 @@ class RunConfig:
     session_s: float | None = None
     duration_s: float = 10.0
     stagger: bool = False
+    wav_dir: str | None = None  # load wav: folder of .wav files, replayed round-robin
+    wav_loop: bool = True  # load wav: loop each file (else its session ends with it)
+    mic_device: str | None = None  # load mic: PortAudio input index or name
     admission: str = "off"
     target: float = 0.8
     stall_guard: str = "off"
@@ -94,7 +97,9 @@ class RunConfig:
 
     def load_config(self) -> LoadConfig:
         return LoadConfig(self.load, self.sessions, self.arrival_rate, self.session_s,
-                          self.duration_s, self.seed)
+                          self.duration_s, self.seed, frame_ms=self.frame_ms,
+                          wav_dir=self.wav_dir, wav_loop=self.wav_loop,
+                          mic_device=self.mic_device)
 
     def as_dict(self) -> dict:
         d = asdict(self)

@@ -104,7 +104,7 @@ class Runner:
         self._tick_silent = 0
         self.limit = self._make_limit(config.admission)
         self.control = WindowedLimit(self.limit, config.control_interval_s,
-                                     min_samples=max(3, config.sessions // 4))
+                                     min_samples=5)
         guard = MemoryGuard(MemoryGuardConfig()) if config.memory_guard == "on" else None
         self.gate = Gate(self.limit, guard)
         self._occupancy = OccupancyTracker(window_s=max(2.0, 10 * self._frame_s))
@@ -307,11 +307,12 @@ class Runner:
         cfg = self.config
         pool_tokens = cfg.pool_blocks * cfg.block_size
         live = len(self._sessions)
+        # The load's own token rate is a floor: an early fit over a window that still holds
+        # the empty pool underestimates the slope, and under-estimating is what stalls.
+        growth = (cfg.tokens_in + cfg.tokens_out - 1) / self._frame_s / pool_tokens
         fit = self._occupancy.fit()
         if fit is not None and live > 0:
-            growth = max(fit.slope_per_s, 0.0) / live
-        else:
-            growth = (cfg.tokens_in + cfg.tokens_out - 1) / self._frame_s / pool_tokens
+            growth = max(growth, fit.slope_per_s / live)
         cap = self.engine.policy.blocks_per_session(cfg.block_size)
         plateau = None if cap is None else cap / cfg.pool_blocks
         lifetime = cfg.session_s if cfg.session_s else max(0.0, cfg.duration_s - t_rel)
