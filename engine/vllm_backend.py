@@ -289,7 +289,12 @@ class VLLMEngine(Engine):
         with probe.lock:
             usage, running, waiting = probe.usage, probe.running, probe.waiting
         total = self.config.pool_blocks
-        paused = sum(1 for s in list(self._sessions.values()) if not s.pending)
+        sessions = list(self._sessions.values())
+        if not sessions:
+            # No request holds blocks (prefix caching is off), but vLLM reports usage only when
+            # it steps: without this a new run would start from the last run's full pool.
+            usage, running, waiting = 0.0, 0, 0
+        paused = sum(1 for s in sessions if not s.pending)
         return PoolStats(time.perf_counter(), round(usage * total), total, running, waiting, paused)
 
     def drain_step_stats(self) -> list[dict]:

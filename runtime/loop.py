@@ -592,6 +592,8 @@ class Runner:
             "stalled": stalled,
             "stall_at_s": None if stall_at is None else round(stall_at, 3),
             "tsat_pred_s": None if tsat is None else round(tsat, 3),
+            "tsat_observed_s": next((round(t, 3) for t, r in zip(self._occ_t, self._occ)
+                                     if r >= 0.99), None),
             "final_limit": self.limit.limit,
             "twin_cost_source": getattr(getattr(self.engine, "cost", None), "source", None),
             "tick_overruns": tot.overruns, "max_overrun_ms": round(tot.max_overrun_ms, 3),

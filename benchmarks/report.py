@@ -1,0 +1,38 @@
+"""Shared by the benchmark scripts: machine facts and one replaceable section per benchmark in
+docs/BENCHMARKS.md (a rerun replaces its own section and leaves the others alone)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
+HEADER = "# Benchmarks\n\nEvery number below was produced by the command in its section; rerun it to refresh.\n"
+
+
+def machine() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {model}, Python {platform.python_version()}"
+
+
+def write_section(title: str, body: str) -> Path:
+    """Replace (or append) the `## title` section of docs/BENCHMARKS.md."""
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    text = DOC.read_text() if DOC.exists() else HEADER
+    section = f"## {title}\n\n{body.strip()}\n"
+    pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section + "\n", text).rstrip() + "\n"
+    else:
+        text = text.rstrip() + "\n\n" + section
+    DOC.write_text(text)
+    return DOC
