@@ -6,8 +6,8 @@ from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats
 ENGINES = ("vllm", "twin")
 
 
-def create_engine(kind: str, config: EngineConfig, cost=None) -> Engine:
-    """Build a backend. `cost` (a twin CostModel) only applies to the twin."""
+def create_engine(kind: str, config: EngineConfig, cost=None, paced: bool = False) -> Engine:
+    """Build a backend. `cost` (a twin CostModel) and `paced` (real-time twin) are twin-only."""
     if kind == "twin":
         from engine.models import NAMED_MODELS
         from engine.twin import TwinEngine
@@ -16,7 +16,7 @@ def create_engine(kind: str, config: EngineConfig, cost=None) -> Engine:
             from engine.models import resolve_model  # validates the path, builds nothing big
 
             resolve_model(config.model, config.seed)
-        return TwinEngine(config, cost)
+        return TwinEngine(config, cost, paced=paced)
     if kind == "vllm":
         from engine.vllm_backend import VLLMEngine
 

@@ -31,6 +31,9 @@ class KVPolicy:
                 raise ValueError(f"window {self.window_tokens} must be ≥ 1 token with policy window")
         if self.sink_tokens < 0:
             raise ValueError(f"sinks {self.sink_tokens} must be ≥ 0")
+        if self.kind == "window" and self.sink_tokens >= self.window_tokens:
+            raise ValueError(f"sinks {self.sink_tokens} must be smaller than the window "
+                             f"({self.window_tokens} tokens); allowed: 0 ≤ S < W")
 
     def check_block_size(self, block_size: int) -> None:
         """Window and sink granularity is one block (see DESIGN: KV policy)."""
@@ -84,6 +87,8 @@ class FrameHandle:
         self.token_times.extend([t] * n)
 
     def finish(self, t: float, error: str | None = None) -> None:
+        if self.t_done is not None:
+            return  # the first outcome stands (an error is not undone by a late completion)
         self.t_done = t
         self.error = error
         self._event.set()

@@ -13,6 +13,7 @@ Cost model per engine step: step_ms = a + b·tokens_in_step + c·resident_tokens
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -63,7 +64,8 @@ class TwinEngine(Engine):
     live_policy = True
 
     def __init__(self, config: EngineConfig, cost: CostModel | None = None,
-                 vocab_size: int = 2048, max_prefill_tokens: int = 2048) -> None:
+                 vocab_size: int = 2048, max_prefill_tokens: int = 2048,
+                 paced: bool = False) -> None:
         self.config = config
         self.cost = cost or CostModel()
         self._policy = config.policy
@@ -76,6 +78,10 @@ class TwinEngine(Engine):
         self._running = 0
         self._waiting = 0
         self._steps: list[dict] = []
+        # Paced: virtual time also waits for the wall clock, so a run lasts as long as it says
+        # (live demos, soak tests); unpaced, a minute of load simulates in milliseconds.
+        self.paced = paced
+        self._wall0 = time.perf_counter()
 
     # --- clock --------------------------------------------------------------------------------
     def now(self) -> float:
@@ -86,6 +92,10 @@ class TwinEngine(Engine):
         while self._t < t:
             if not self._step():
                 self._t = t
+        if self.paced:
+            left = t - (time.perf_counter() - self._wall0)
+            if left > 0:
+                time.sleep(left)
 
     # --- contract -----------------------------------------------------------------------------
     @property

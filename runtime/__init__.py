@@ -11,7 +11,7 @@ def make_engine(config: RunConfig, store=None):
     cost = None
     if config.engine == "twin" and store is not None:
         cost = latest_cost_model(store)
-    return create_engine(config.engine, config.engine_config(), cost)
+    return create_engine(config.engine, config.engine_config(), cost, paced=config.paced)
 
 
 def latest_cost_model(store):

@@ -50,6 +50,7 @@ class RunConfig:
     stall_guard: str = "off"
     memory_guard: str = "off"
     control_interval_s: float = 1.0
+    paced: bool = False  # twin only: run in wall-clock time instead of as fast as possible
     vllm_args: tuple = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -75,6 +76,8 @@ class RunConfig:
             raise ValueError(
                 f"memory guard {self.memory_guard!r} is not one of {', '.join(MEMORY_GUARDS)}")
         _positive("control interval", self.control_interval_s, " s")
+        if self.paced and self.engine != "twin":
+            raise ValueError(f"paced applies to the twin engine only (engine is {self.engine})")
         if self.policy == "window" and self.window is None:
             raise ValueError("policy window needs --window (tokens, ≥ one block)")
         if self.policy == "unbounded" and self.window is not None:

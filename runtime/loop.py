@@ -325,7 +325,13 @@ class Runner:
         if session is None:
             return
         now = self.engine.now()
+        failed = session.inflight is not None and session.inflight.error not in (None, "closed")
         self._finalise(session, now)
+        if failed:
+            # One session's error ends that session only; the engine-wide case is caught at
+            # the tick (engine.error()) and fails the run.
+            self._close_session(session, t_rel, f"session error: {session.inflight.error}")
+            return
         if t_rel >= session.end - 1e-9:
             self._close_session(session, t_rel, "session ended")
             return

@@ -45,8 +45,11 @@ class Store:
 
     def _abort_orphans(self) -> None:
         # We hold the file lock, so a run still 'running' belongs to a process that died.
+        # Its end time is its last recorded tick: when it stopped, not when we noticed.
         self._con.execute(
-            "UPDATE runs SET status = 'aborted', ended_at = COALESCE(ended_at, now()), "
+            "UPDATE runs SET status = 'aborted', "
+            "ended_at = COALESCE(ended_at, started_at + to_microseconds(CAST(1e6 * ("
+            "  SELECT max(t) FROM ticks WHERE ticks.run_id = runs.run_id) AS BIGINT)), now()), "
             "reason = COALESCE(reason, 'the process ended before the run finished') "
             "WHERE status = 'running'")
 
