@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from control.admission import Gate, MemoryGuard, MemoryGuardConfig
 from control.limits import (AIMDConfig, AIMDLimit, FixedLimit, GradientConfig, GradientLimit,
                             WindowedLimit)
-from control.signals import (OccupancyTracker, StallDetector, fit_occupancy, percentile,
-                             predict_t_sat)
+from control.signals import OccupancyTracker, StallDetector, fit_occupancy, predict_t_sat
 from engine.contract import KVPolicy
 from engine.contract import Engine, FrameHandle
 from load_gen import arrival_times, make_frame_source
 from runtime.config import RunConfig
+from store import queries
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +63,6 @@ class _Totals:
     silent: int = 0
     on_time: int = 0
     naive_on_time: int = 0
-    latencies: list = field(default_factory=list)
-    naive_latencies: list = field(default_factory=list)
     admitted: int = 0
     rejected: int = 0
     evicted: int = 0
@@ -92,8 +90,6 @@ class Runner:
         self._heap: list = []
         self._sessions: dict[int, _Session] = {}
         self._totals = _Totals()
-        self._occ_t: list[float] = []
-        self._occ: list[float] = []
         self._budget_s = config.budget / 1e3
         self._frame_s = config.frame_ms / 1e3
         self._stall = StallDetector(STALL_TICKS)
@@ -261,6 +257,7 @@ class Runner:
         end_rel = min(self.engine.now() - self._t0, cfg.duration_s) if status == "finished" \
             else self.engine.now() - self._t0
         self._close_all(end_rel)
+        writer.flush()
         self.summary = self._summarise(status, reason, end_rel)
         self._write_run_end(status, reason)
         writer.flush()
@@ -419,8 +416,6 @@ class Runner:
             row.update(t_first=None, t_done=None, latency_ms=latency_ms, tokens_out=0,
                        on_time=False, silent=True, complete=False, naive_latency_ms=naive_ms,
                        naive_on_time=cfg.wait_budget is not None)
-            tot.latencies.append(latency_ms)
-            tot.naive_latencies.append(naive_ms)
         else:
             deadline = handle.t_submit + budget_s
             complete = handle.done_by(now) and handle.error is None
@@ -438,8 +433,6 @@ class Runner:
                 latency_ms=latency_ms, naive_latency_ms=naive_ms, tokens_out=n_out,
                 on_time=on_time, naive_on_time=naive_ms <= cfg.budget + 1e-9,
                 silent=n_out == 0, complete=complete)
-            tot.latencies.append(latency_ms)
-            tot.naive_latencies.append(naive_ms)
         tot.frames += 1
         tot.silent += row["silent"]
         tot.on_time += row["on_time"]
@@ -491,8 +484,6 @@ class Runner:
         if stalled and self._first_stall_at is None:
             self._first_stall_at = self._stall.stall_at
         tot.max_occupancy = max(tot.max_occupancy, pool.occupancy)
-        self._occ_t.append(t_rel)
-        self._occ.append(pool.occupancy)
         self._apply_changes(t_rel)
         if stalled and self._stall_guard == "on":
             self._evict_for_stall(t_rel)
@@ -560,16 +551,22 @@ class Runner:
             [status, reason, dt.datetime.now(), json.dumps(self.summary, default=str), self.run_id])
 
     def _summarise(self, status: str, reason: str | None, end_rel: float) -> dict:
+        """The run's JSON. Percentiles and the fill come from the store (flushed by now), so
+        the loop keeps counters only and its memory stays flat however long the run."""
         cfg = self.config
         tot = self._totals
         frames = tot.frames
+        cur = self.store.cursor()
+        q = queries.frame_percentiles(cur, self.run_id)
+        occ = queries.occupancy(cur, self.run_id)
+        occ_t, occ_rho = occ.t.tolist(), occ.occupancy.tolist()
         stall_at = self._first_stall_at
         stalled = stall_at is not None
         if stalled:
-            cut = [i for i, t in enumerate(self._occ_t) if t <= stall_at + self._frame_s]
-            tsat = predict_t_sat([self._occ_t[i] for i in cut], [self._occ[i] for i in cut])
+            cut = [i for i, t in enumerate(occ_t) if t <= stall_at + self._frame_s]
+            tsat = predict_t_sat([occ_t[i] for i in cut], [occ_rho[i] for i in cut])
         else:
-            tsat = self._late_t_sat()
+            tsat = self._late_t_sat(occ_t, occ_rho)
         max_blocks = max([self._max_blocks_closed] + [s.max_blocks for s in self._sessions.values()])
 
         def ms(x):
@@ -589,29 +586,28 @@ class Runner:
             "silent_rate": round(tot.silent / frames, 4) if frames else None,
             "on_time_rate": round(tot.on_time / frames, 4) if frames else None,
             "naive_on_time_rate": round(tot.naive_on_time / frames, 4) if frames else None,
-            "p50_ms": ms(percentile(tot.latencies, 0.5)),
-            "p95_ms": ms(percentile(tot.latencies, 0.95)),
-            "p99_ms": ms(percentile(tot.latencies, 0.99)),
-            "naive_p95_ms": ms(percentile(tot.naive_latencies, 0.95)),
+            "p50_ms": ms(q["p50_ms"]), "p95_ms": ms(q["p95_ms"]), "p99_ms": ms(q["p99_ms"]),
+            "naive_p95_ms": ms(q["naive_p95_ms"]),
             "max_occupancy": round(tot.max_occupancy, 4),
             "max_resident_blocks": max_blocks,
             "stalled": stalled,
             "stall_at_s": None if stall_at is None else round(stall_at, 3),
             "tsat_pred_s": None if tsat is None else round(tsat, 3),
-            "tsat_observed_s": next((round(t, 3) for t, r in zip(self._occ_t, self._occ)
-                                     if r >= 0.99), None),
+            "tsat_observed_s": next((round(t, 3) for t, r in zip(occ_t, occ_rho) if r >= 0.99),
+                                    None),
             "final_limit": self.limit.limit,
             "twin_cost_source": getattr(getattr(self.engine, "cost", None), "source", None),
             "tick_overruns": tot.overruns, "max_overrun_ms": round(tot.max_overrun_ms, 3),
             "duration_s": round(end_rel, 3),
         }
 
-    def _late_t_sat(self) -> float | None:
+    @staticmethod
+    def _late_t_sat(occ_t: list[float], occ_rho: list[float]) -> float | None:
         """No stall: extrapolate the last third of the run; None when occupancy is flat."""
-        if len(self._occ_t) < 6:
+        if len(occ_t) < 6:
             return None
-        n = len(self._occ_t)
-        fit = fit_occupancy(self._occ_t[2 * n // 3:], self._occ[2 * n // 3:])
+        n = len(occ_t)
+        fit = fit_occupancy(occ_t[2 * n // 3:], occ_rho[2 * n // 3:])
         if fit is None or fit.slope_per_s < 1e-4:
             return None
         return fit.t_sat()
