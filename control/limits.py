@@ -30,6 +30,24 @@ class _Listeners:
                 listener(new)
 
 
+class _TargetedLimit(_Listeners):
+    """A limit steered by frame latency against target_fraction · budget."""
+
+    def __init__(self, config, budget_ms: float) -> None:
+        super().__init__()
+        if budget_ms <= 0:
+            raise ValueError(f"budget {budget_ms} ms must be > 0")
+        self.config = config
+        self.budget_ms = budget_ms
+
+    @property
+    def target_ms(self) -> float:
+        return self.config.target_fraction * self.budget_ms
+
+    def retarget(self, target_fraction: float) -> None:
+        self.config = replace(self.config, target_fraction=target_fraction)
+
+
 def _check_bounds(initial: int, min_limit: int, max_limit: int) -> None:
     if not 1 <= min_limit <= max_limit:
         raise ValueError(f"limits min {min_limit} / max {max_limit}: need 1 ≤ min ≤ max")
@@ -59,29 +77,18 @@ class AIMDConfig:
             raise ValueError(f"headroom {self.headroom} must be ≥ 0")
 
 
-class AIMDLimit(_Listeners):
+class AIMDLimit(_TargetedLimit):
     """Additive increase while latency has headroom, multiplicative decrease on a drop."""
 
     kind = "aimd"
 
     def __init__(self, config: AIMDConfig, budget_ms: float) -> None:
-        super().__init__()
-        if budget_ms <= 0:
-            raise ValueError(f"budget {budget_ms} ms must be > 0")
-        self.config = config
-        self.budget_ms = budget_ms
+        super().__init__(config, budget_ms)
         self._limit = config.initial
 
     @property
     def limit(self) -> int:
         return self._limit
-
-    @property
-    def target_ms(self) -> float:
-        return self.config.target_fraction * self.budget_ms
-
-    def retarget(self, target_fraction: float) -> None:
-        self.config = replace(self.config, target_fraction=target_fraction)
 
     def on_sample(self, now: float, latency_ms: float, inflight: int, dropped: bool) -> int:
         cfg = self.config
@@ -113,30 +120,19 @@ class GradientConfig:
             raise ValueError(f"tolerance {self.tolerance} must be in [1, 2]")
 
 
-class GradientLimit(_Listeners):
+class GradientLimit(_TargetedLimit):
     """Gradient (Envoy / Netflix Gradient2 family): scale the cap by target/measured latency,
     plus a √limit queue allowance so it can probe upwards when latency has headroom."""
 
     kind = "gradient"
 
     def __init__(self, config: GradientConfig, budget_ms: float) -> None:
-        super().__init__()
-        if budget_ms <= 0:
-            raise ValueError(f"budget {budget_ms} ms must be > 0")
-        self.config = config
-        self.budget_ms = budget_ms
+        super().__init__(config, budget_ms)
         self._estimate = float(config.initial)
 
     @property
     def limit(self) -> int:
         return int(self._estimate)
-
-    @property
-    def target_ms(self) -> float:
-        return self.config.target_fraction * self.budget_ms
-
-    def retarget(self, target_fraction: float) -> None:
-        self.config = replace(self.config, target_fraction=target_fraction)
 
     def on_sample(self, now: float, latency_ms: float, inflight: int, dropped: bool) -> int:
         cfg = self.config

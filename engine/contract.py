@@ -135,13 +135,17 @@ class Engine(ABC):
     @abstractmethod
     def pool(self) -> PoolStats: ...
 
-    @property
-    @abstractmethod
-    def policy(self) -> KVPolicy: ...
+    # Backends set these two in their constructors.
+    _policy: KVPolicy
+    _vocab_size: int
 
     @property
-    @abstractmethod
-    def vocab_size(self) -> int: ...
+    def policy(self) -> KVPolicy:
+        return self._policy
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
 
     def set_policy(self, policy: KVPolicy) -> bool:
         """Change the KV policy live. Returns False when this backend needs a restart for it."""

@@ -98,14 +98,6 @@ class TwinEngine(Engine):
                 time.sleep(left)
 
     # --- contract -----------------------------------------------------------------------------
-    @property
-    def policy(self) -> KVPolicy:
-        return self._policy
-
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab_size
-
     def set_policy(self, policy: KVPolicy) -> bool:
         policy.check_block_size(self.config.block_size)
         self._policy = policy

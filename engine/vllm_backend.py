@@ -224,14 +224,6 @@ class VLLMEngine(Engine):
                 return
             time.sleep(min(left, 0.05))
 
-    @property
-    def policy(self) -> KVPolicy:
-        return self._policy
-
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab_size
-
     def open(self, session_id: int) -> None:
         if session_id in self._sessions:
             raise ValueError(f"session {session_id} is already open")
