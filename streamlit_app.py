@@ -1,4 +1,5 @@
-"""Entry point: `streamlit run streamlit_app.py`. The page itself lives in app.console."""
+"""Entry point: `streamlit run streamlit_app.py`. The pages live in app/pages, their navigation
+in app.console."""
 
 import streamlit as st
 

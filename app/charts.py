@@ -1,7 +1,8 @@
 """Chart builders: DataFrame in, Altair chart out. No Streamlit here, so reports can reuse them.
 
 Every field carries an explicit type: Altair infers types from the data, and an empty frame
-(a run that has not written a frame yet) would otherwise leave them undefined.
+(a run that has not written a frame yet) would otherwise leave them undefined. Builders that are
+drawn side by side take `x_domain`/`y_domain`, so two runs are read on the same axes.
 """
 
 from __future__ import annotations
@@ -12,11 +13,24 @@ import pandas as pd
 NAIVE_LABEL = "naive (gateway)"
 _SERIES = {"p50_ms": "p50", "p95_ms": "p95", "p99_ms": "p99", "naive_p95_ms": NAIVE_LABEL}
 _SOLID, _DASHED = [1, 0], [6, 4]
-_TIME = alt.X("t:Q", title="time since run start (s)")
+_RULE = "firebrick"
+SILENT_COLOUR = "#161616"  # a silent cell on the session wall: the conversation went quiet
 
 
-def latency_chart(df: pd.DataFrame, budget_ms: float, target_ms: float | None = None) -> alt.Chart:
-    """True frame latency p50/p95/p99 per time bucket against the budget.
+def _time(x_domain=None) -> alt.X:
+    scale = alt.Scale(domain=list(x_domain)) if x_domain is not None else alt.Undefined
+    return alt.X("t:Q", title="time since run start (s)", scale=scale)
+
+
+def _y_scale(y_domain):
+    return alt.Scale(domain=list(y_domain)) if y_domain is not None else alt.Undefined
+
+
+def latency_chart(df: pd.DataFrame, budget_ms: float, target_ms: float | None = None,
+                  x_domain=None, y_domain=None, title: str = "Frame latency vs budget"
+                  ) -> alt.Chart:
+    """True frame latency p50/p95/p99 per time bucket against the budget (and the admission
+    target when there is one).
 
     The gateway's p95 is dashed: it is capped at the wait budget, so it stays under the line
     while frames go silent; showing both is the point of the chart.
@@ -24,8 +38,8 @@ def latency_chart(df: pd.DataFrame, budget_ms: float, target_ms: float | None = 
     long = _melt(df, list(_SERIES), "series", "ms").assign(series=lambda d: d.series.map(_SERIES))
     names = list(_SERIES.values())
     lines = alt.Chart(long).mark_line(point=True).encode(
-        _TIME,
-        alt.Y("ms:Q", title="frame latency (ms)"),
+        _time(x_domain),
+        alt.Y("ms:Q", title="frame latency (ms)", scale=_y_scale(y_domain)),
         alt.Color("series:N", title=None, scale=alt.Scale(domain=names)),
         alt.StrokeDash("series:N", title=None,
                        scale=alt.Scale(domain=names, range=[_SOLID] * 3 + [_DASHED])),
@@ -35,32 +49,139 @@ def latency_chart(df: pd.DataFrame, budget_ms: float, target_ms: float | None = 
     lines_df = pd.DataFrame({"label": [f"budget {budget_ms:g} ms"], "ms": [float(budget_ms)]})
     if target_ms is not None:
         lines_df.loc[1] = [f"target {target_ms:g} ms", float(target_ms)]
-    rules = alt.Chart(lines_df).encode(alt.Y("ms:Q"))
-    rule = rules.mark_rule(color="firebrick", strokeWidth=2)
-    label = rules.mark_text(align="left", dx=4, dy=-6, color="firebrick").encode(
+    return alt.layer(lines, *_rules(lines_df, "ms")).properties(title=title)
+
+
+def _rules(df: pd.DataFrame, field: str) -> list[alt.Chart]:
+    """Horizontal reference lines with their labels at the left edge."""
+    rules = alt.Chart(df).encode(alt.Y(f"{field}:Q"))
+    rule = rules.mark_rule(color=_RULE, strokeWidth=2)
+    label = rules.mark_text(align="left", dx=4, dy=-6, color=_RULE).encode(
         x=alt.value(0), text="label:N")
-    return alt.layer(lines, rule, label).properties(title="Frame latency vs budget")
+    return [rule, label]
 
 
-def occupancy_chart(df: pd.DataFrame) -> alt.Chart:
-    """KV pool occupancy ρ in [0, 1]; a fixed domain so a plateau never looks like a climb."""
+def rho_projection(t: float, rho: float, slope_per_s: float | None, tsat_s: float | None,
+                   lookback_s: float) -> pd.DataFrame:
+    """The fitted line ρ(t) = ρ_now + slope·(t − t_now), drawn from `lookback_s` back (the fit's
+    span) to where it reaches 1 at t_now + t_sat. Empty when there is no rising fit."""
+    if slope_per_s is None or pd.isna(slope_per_s) or slope_per_s <= 0:
+        return pd.DataFrame(columns=["t", "rho"])
+    t0 = max(0.0, t - lookback_s)
+    t1 = t + tsat_s if tsat_s is not None and not pd.isna(tsat_s) else t
+    return pd.DataFrame({"t": [t0, t1],
+                         "rho": [rho - slope_per_s * (t - t0), min(1.0, rho + slope_per_s * (t1 - t))]})
+
+
+def occupancy_chart(df: pd.DataFrame, projection: pd.DataFrame | None = None, x_domain=None,
+                    title: str = "KV pool occupancy") -> alt.Chart:
+    """KV pool occupancy ρ in [0, 1]; a fixed domain so a plateau never looks like a climb.
+    `projection` (rho_projection) adds the fitted ρ(t) line, dashed, up to saturation."""
     data = _columns(df, ["t", "occupancy", "used_blocks", "total_blocks", "live"])
-    return alt.Chart(data).mark_area(line=True, opacity=0.3).encode(
-        _TIME,
+    area = alt.Chart(data).mark_area(line=True, opacity=0.3).encode(
+        _time(x_domain),
         alt.Y("occupancy:Q", title="pool occupancy ρ", scale=alt.Scale(domain=[0, 1])),
         tooltip=[alt.Tooltip("t:Q", title="t (s)"), alt.Tooltip("occupancy:Q", format=".3f"),
                  "used_blocks:Q", "total_blocks:Q", alt.Tooltip("live:Q", title="sessions")],
-    ).properties(title="KV pool occupancy")
+    )
+    fit = _columns(projection if projection is not None else pd.DataFrame(), ["t", "rho"])
+    line = alt.Chart(fit).mark_line(color=_RULE, strokeDash=_DASHED).encode(
+        _time(x_domain), alt.Y("rho:Q"),
+        tooltip=[alt.Tooltip("t:Q", title="t (s)", format=".1f"),
+                 alt.Tooltip("rho:Q", title="fitted ρ(t)", format=".3f")])
+    return alt.layer(area, line).properties(title=title)
 
 
-def silent_chart(df: pd.DataFrame) -> alt.Chart:
+def silent_chart(df: pd.DataFrame, x_domain=None) -> alt.Chart:
     """Silent frames (no output token by the deadline) per second: the failure users hear."""
     data = _columns(df, ["t", "silent_per_s", "frames"])
     return alt.Chart(data).mark_bar(color="darkorange").encode(
-        _TIME,
+        _time(x_domain),
         alt.Y("silent_per_s:Q", title="silent frames / s"),
         tooltip=[alt.Tooltip("t:Q", title="t (s)"), "silent_per_s:Q", "frames:Q"],
     ).properties(title="Silent frames per second")
+
+
+def sessions_chart(ticks: pd.DataFrame, x_domain=None) -> alt.Chart:
+    """Live sessions against the admission cap, per time bucket."""
+    long = _melt(ticks, ["live", "limit_sessions"], "series", "sessions").replace(
+        {"series": {"live": "live sessions", "limit_sessions": "cap (limit)"}})
+    return alt.Chart(long).mark_line(interpolate="step-after").encode(
+        _time(x_domain),
+        alt.Y("sessions:Q", title="sessions"),
+        alt.Color("series:N", title=None,
+                  scale=alt.Scale(domain=["live sessions", "cap (limit)"])),
+        tooltip=[alt.Tooltip("t:Q", title="t (s)"), "series:N", "sessions:Q"],
+    ).properties(title="Live sessions and cap")
+
+
+def session_wall_chart(df: pd.DataFrame, x_domain=None) -> alt.Chart:
+    """Sessions × time, coloured by tokens produced; cells where most frames were silent are
+    dark, so a room sees conversations go quiet one by one (or all at once, at a stall)."""
+    data = _columns(df, ["session_id", "t", "tokens", "frames", "silent_share"])
+    return alt.Chart(data).mark_rect().encode(
+        _time(x_domain),
+        alt.Y("session_id:O", title="session", axis=alt.Axis(labels=len(data) < 2000)),
+        color=alt.condition("datum.silent_share >= 0.5", alt.value(SILENT_COLOUR),
+                            alt.Color("tokens:Q", title="tokens out",
+                                      scale=alt.Scale(scheme="greens"))),
+        tooltip=["session_id:O", alt.Tooltip("t:Q", title="t (s)"), "tokens:Q", "frames:Q",
+                 alt.Tooltip("silent_share:Q", title="silent share", format=".0%")],
+    ).properties(title="Session wall (dark: silent)")
+
+
+def truth_and_lie(df: pd.DataFrame, budget_ms: float, x_domain=None
+                  ) -> tuple[alt.Chart, alt.Chart]:
+    """The same frames twice, on the same axes: what a gateway dashboard shows (latency capped
+    at its wait budget, an empty frame counted as on time) and what users get."""
+    top = max([budget_ms * 1.1, *_finite(df, "p95_ms"), *_finite(df, "naive_p95_ms")])
+    naive = _p95_and_misses(df, "naive_p95_ms", "naive_miss_rate", budget_ms, top, x_domain,
+                            "Naive gateway view (what a normal dashboard shows)")
+    truth = _p95_and_misses(df, "p95_ms", "miss_rate", budget_ms, top, x_domain,
+                            "Truthful view (what users hear)")
+    return naive, truth
+
+
+def _p95_and_misses(df, p95: str, misses: str, budget_ms: float, top: float, x_domain,
+                    title: str) -> alt.Chart:
+    data = _columns(df, ["t", p95, misses]).rename(columns={p95: "p95", misses: "misses"})
+    base = alt.Chart(data).encode(_time(x_domain))
+    latency = base.mark_line(point=True).encode(
+        alt.Y("p95:Q", title="p95 latency (ms)", scale=alt.Scale(domain=[0, top])),
+        tooltip=[alt.Tooltip("t:Q", title="t (s)"), alt.Tooltip("p95:Q", format=".1f")])
+    budget = pd.DataFrame({"label": [f"budget {budget_ms:g} ms"], "ms": [float(budget_ms)]})
+    miss = base.mark_bar(color="darkorange").encode(
+        alt.Y("misses:Q", title="deadline misses", scale=alt.Scale(domain=[0, 1]),
+              axis=alt.Axis(format="%")),
+        tooltip=[alt.Tooltip("t:Q", title="t (s)"), alt.Tooltip("misses:Q", format=".1%")])
+    return alt.vconcat(alt.layer(latency, *_rules(budget, "ms")).properties(height=160),
+                       miss.properties(height=100), title=title)
+
+
+def limit_chart(ticks: pd.DataFrame, converged: int | None, x_domain=None) -> alt.Chart:
+    """N* discovery: the admission cap and the live sessions over a ramp, with the cap the
+    controller converged to marked."""
+    lines = sessions_chart(ticks, x_domain)
+    if converged is None:
+        return lines.properties(title="Admission cap (N* discovery)")
+    mark = pd.DataFrame({"label": [f"N* = {converged}"], "n": [converged]})
+    return alt.layer(lines, *_rules(mark, "n")).properties(title="Admission cap (N* discovery)")
+
+
+def collapse_chart(table: pd.DataFrame) -> alt.Chart:
+    """Stalled runs out of n per policy (the paper's 14/20 vs 0/20)."""
+    data = _columns(table, ["policy", "stalled", "runs"])
+    return alt.Chart(data).mark_bar().encode(
+        alt.X("policy:N", title=None),
+        alt.Y("stalled:Q", title="runs that stalled", scale=alt.Scale(domainMin=0)),
+        tooltip=["policy:N", "stalled:Q", "runs:Q"],
+    ).properties(title="Collapse: stalled runs per policy")
+
+
+def _finite(df: pd.DataFrame, column: str) -> list[float]:
+    if df.empty or column not in df:
+        return []
+    return [float(x) for x in df[column].dropna()]
 
 
 def _columns(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:

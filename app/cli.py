@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--session-s", type=_positive_float, default=None)
     run.add_argument("--duration", type=_positive_float, default=10.0, help="seconds")
     run.add_argument("--stagger", action="store_true", help="phase-stagger session frames")
+    run.add_argument("--paced", action="store_true",
+                     help="twin only: run in wall-clock time (demos, soak tests)")
     run.add_argument("--admission", choices=["off", "aimd", "gradient"], default="off")
     run.add_argument("--target", type=_positive_float, default=0.8)
     run.add_argument("--stall-guard", choices=["on", "off"], default="off")
@@ -83,6 +85,26 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--db", default=None)
     runs.add_argument("--limit", type=int, default=20)
 
+    report = sub.add_parser("report", help="write a report of one run or two side by side")
+    report.add_argument("run_ids", nargs="+", metavar="RUN_ID", help="one run, or two to compare")
+    report.add_argument("--out", required=True, help="FILE.html or FILE.png")
+    report.add_argument("--db", default=None)
+
+    quality = sub.add_parser(
+        "quality", help="streaming perplexity under full, window-only and sinks+window KV")
+    quality.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    quality.add_argument("--model", default="smollm2", help="tiny, smollm2 or a local model folder")
+    quality.add_argument("--window", type=int, default=256, help="window tokens W")
+    quality.add_argument("--sinks", type=int, default=4, help="attention-sink tokens S")
+    quality.add_argument("--tokens", type=int, default=4096, help="tokens of text evaluated")
+    quality.add_argument("--block-size", type=int, default=32, help="tokens per KV block")
+    quality.add_argument("--granularity", choices=["token", "block"], default="block",
+                         help="block: the keys vLLM keeps after block-table compaction; "
+                              "token: exactly [0, S) and (t-W, t]")
+    quality.add_argument("--text", default=None, metavar="PATH",
+                         help="text file or folder of fortune files "
+                              "(default: Debian's fortunes, else the GPL-3 text)")
+
     build = sub.add_parser("build-model", help="build or convert a bundled model into the cache")
     build.add_argument("name", choices=["tiny", "smollm2"])
     build.add_argument("--seed", type=int, default=0)
@@ -95,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     try:
-        return {"run": _cmd_run, "fit-twin": _cmd_fit, "runs": _cmd_runs,
-                "build-model": _cmd_build}[args.command](args)
+        return {"run": _cmd_run, "quality": _cmd_quality, "fit-twin": _cmd_fit, "runs": _cmd_runs,
+                "build-model": _cmd_build, "report": _cmd_report}[args.command](args)
     except (ValueError, RuntimeError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"metronome: error: {message}", file=sys.stderr)
@@ -117,6 +139,7 @@ def run_config_from_args(args) -> "RunConfig":  # noqa: F821 - imported lazily
         duration_s=args.duration, stagger=args.stagger, wav_dir=args.wav_dir,
         wav_loop=args.wav_loop, mic_device=args.mic_device, admission=args.admission,
         target=args.target, stall_guard=args.stall_guard, memory_guard=args.memory_guard,
+        paced=args.paced,
         vllm_args=parse_vllm_args(args.vllm_arg))
 
 
@@ -205,6 +228,35 @@ def _cmd_runs(args) -> int:
     finally:
         store.close()
     print(df.drop(columns=["summary"]).to_string(index=False) if not df.empty else "no runs")
+    return 0
+
+
+def _cmd_report(args) -> int:
+    from app import report
+    from store import open_store
+
+    store = open_store(args.db)
+    try:
+        path = report.write(store.cursor(), args.run_ids, args.out)
+    finally:
+        store.close()
+    print(path)
+    return 0
+
+
+def _cmd_quality(args) -> int:
+    from engine.quality import QualitySettings, measure
+
+    settings = QualitySettings(  # validates everything before the model loads
+        model=args.model, window_tokens=args.window, sink_tokens=args.sinks,
+        n_tokens=args.tokens, block_size=args.block_size, granularity=args.granularity,
+        text_path=args.text)
+    out = _stdout_for_json()
+    result = measure(settings)
+    text = (json.dumps(result) if args.json
+            else "\n".join(f"{k:>22}: {v}" for k, v in result.items()))
+    out.write(text + "\n")
+    out.flush()
     return 0
 
 

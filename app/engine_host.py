@@ -35,7 +35,8 @@ def new_run_id() -> str:
 
 
 class RunHost:
-    """One run at a time: start it, stop it, read its state from any thread."""
+    """One run (or one series of runs, for an experiment) at a time: start it, stop it, change
+    it live, read its state from any thread."""
 
     def __init__(self, engine_factory=make_engine) -> None:
         self._make_engine = engine_factory  # injectable so tests can fail an engine start
@@ -47,27 +48,53 @@ class RunHost:
         self._run_id: str | None = None
         self._engine_kind: str | None = None
         self._error: str | None = None
+        self._config: RunConfig | None = None
+        self._series: dict | None = None  # {"kind", "run_ids", "total"} of an experiment
 
     def start(self, config: RunConfig, db_path: str | None = None) -> str:
         """Start `config` in the background and return its run id at once.
 
         Raises ValueError while another run (or its engine shutdown) is still in progress.
         """
+        return self.start_series([config], db_path)[0]
+
+    def start_series(self, configs: list[RunConfig], db_path: str | None = None,
+                     kind: str | None = None) -> list[str]:
+        """Run `configs` one after another in the background (an experiment); returns their run
+        ids at once. Each run gets its own engine, shut down before the next one starts, so a
+        series never holds two engines' memory. `kind` names the experiment in `state()`."""
+        if not configs:
+            raise ValueError("an experiment needs at least one run")
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 raise ValueError(
                     f"run {self._run_id} is still {self._status_locked()}; stop it first")
             store = open_store(db_path)  # a StoreError surfaces to the caller, not the thread
-            run_id = new_run_id()
+            run_ids = [new_run_id() for _ in configs]
             self._stop.clear()
             self._runner = None
             self._status, self._run_id, self._engine_kind, self._error = (
-                "starting", run_id, config.engine, None)
-            self._thread = threading.Thread(target=self._work, args=(config, store, run_id),
-                                            name=f"metronome-host-{run_id}", daemon=True)
+                "starting", run_ids[0], configs[0].engine, None)
+            self._config = configs[0]
+            self._series = None if kind is None else {
+                "kind": kind, "run_ids": run_ids, "total": len(configs), "index": 0}
+            self._thread = threading.Thread(target=self._work_series,
+                                            args=(list(configs), store, run_ids),
+                                            name=f"metronome-host-{run_ids[0]}", daemon=True)
             self._thread.start()
-        logger.info("run %s starting (%s engine)", run_id, config.engine)
-        return run_id
+        logger.info("run %s starting (%s engine, %d run(s))", run_ids[0], configs[0].engine,
+                    len(configs))
+        return run_ids
+
+    def apply(self, **change) -> str:
+        """Change the running run's settings live (Runner.apply: validated now, applied at the
+        next tick and recorded as an event). Raises ValueError with a one-line reason."""
+        with self._lock:
+            runner = self._runner
+            status = self._status_locked()
+        if runner is None or status != "running":
+            raise ValueError("no run is running; start one on the Load page")
+        return runner.apply(**change)
 
     def stop(self) -> None:
         """Ask the current run to end; a no-op when nothing runs. Does not wait."""
@@ -83,9 +110,26 @@ class RunHost:
         if thread is not None:
             thread.join(timeout)
 
+    def live_settings(self) -> dict | None:
+        """The settings the running run uses now (after live changes), None when none runs."""
+        with self._lock:
+            runner = self._runner
+        if runner is None:
+            return None
+        policy = runner.engine.policy
+        limit = runner.limit
+        return {"policy": "unbounded" if policy.kind == "unbounded" else
+                f"window W={policy.window_tokens} S={policy.sink_tokens}",
+                "limit": limit.kind, "cap": limit.limit, "target": runner.target,
+                "stall_guard": runner.stall_guard}
+
     def state(self) -> dict:
         with self._lock:
             runner = self._runner
+            series = None if self._series is None else dict(self._series)
+            if series is not None:
+                done = series["index"] + (runner.progress if runner is not None else 0.0)
+                series["progress"] = min(1.0, done / series["total"])
             return {
                 "status": self._status_locked(),
                 "run_id": self._run_id,
@@ -94,6 +138,8 @@ class RunHost:
                 "progress": runner.progress if runner is not None else 0.0,
                 "error": self._error,
                 "summary": runner.summary if runner is not None else None,
+                "config": self._config,
+                "series": series,
             }
 
     def _status_locked(self) -> str:
@@ -102,6 +148,22 @@ class RunHost:
         return self._status
 
     # --- the host thread ----------------------------------------------------------------------
+    def _work_series(self, configs: list[RunConfig], store, run_ids: list[str]) -> None:
+        for index, (config, run_id) in enumerate(zip(configs, run_ids)):
+            if index:
+                with self._lock:
+                    if self._stop.is_set():
+                        self._status = "aborted"  # the series was stopped between its runs
+                        return
+                    self._runner = None
+                    self._status, self._run_id, self._engine_kind, self._error = (
+                        "starting", run_id, config.engine, None)
+                    self._config = config
+                    self._series["index"] = index
+            self._work(config, store, run_id)
+            if self._status == "failed":
+                return  # a broken engine would fail every later run the same way
+
     def _work(self, config: RunConfig, store, run_id: str) -> None:
         try:
             engine = self._make_engine(config, store)

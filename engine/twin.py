@@ -82,6 +82,7 @@ class TwinEngine(Engine):
         # (live demos, soak tests); unpaced, a minute of load simulates in milliseconds.
         self.paced = paced
         self._wall0 = time.perf_counter()
+        self.wall_lag_s = 0.0  # paced: how far the wall clock ran past the last sleep target
 
     # --- clock --------------------------------------------------------------------------------
     def now(self) -> float:
@@ -94,6 +95,7 @@ class TwinEngine(Engine):
                 self._t = t
         if self.paced:
             left = t - (time.perf_counter() - self._wall0)
+            self.wall_lag_s = max(0.0, -left)
             if left > 0:
                 time.sleep(left)
 

@@ -30,7 +30,7 @@ MAX_CODEBOOK_BITS = 11  # 2048 codes, Mimi's codebook size
 _CODEBOOK_SEED = 20_250_801
 # Log-mel levels (dB re a full-scale signal) are centred and scaled before hashing, so that the
 # hyperplanes through the origin split the range speech occupies rather than all passing by it.
-_CENTRE_DB, _SCALE_DB, _FLOOR_DB = -50.0, 20.0, -100.0
+_CENTRE_DB, _SCALE_DB, _FLOOR_DB = -50.0, 20.0, -90.0
 
 
 class FrameTokenizer:
@@ -61,12 +61,23 @@ class FrameTokenizer:
         self._index = starts[:, None] + np.arange(width)[None, :]  # (tokens_in, width)
         self._window = np.hanning(width + 2)[1:-1].astype(np.float32)  # no zero end points
         self._n_fft = 1 << max(1, math.ceil(math.log2(width)))
-        # Power normalised so a full-scale sine reads about 0 dB in its band.
+        # Power in dBFS like audio.level_dbfs: a full-scale sine reads about -1 dB in its band.
         norm = 2.0 / float(self._window.sum()) ** 2
         self._mel = (_mel_filters(sample_rate_hz, self._n_fft, N_MELS) * norm).astype(np.float32)
         rng = np.random.default_rng(_CODEBOOK_SEED)
         self._planes = rng.standard_normal((N_MELS, bits)).astype(np.float32)
         self._weights = (1 << np.arange(bits)).astype(np.int64)
+
+    @property
+    def frame_s(self) -> float:
+        return self.frame_samples / self.sample_rate_hz
+
+    def check_period(self, frame_s: float) -> None:
+        """Sources cut frames of this tokenizer's length: the caller's period must be it (to
+        half a sample, the rounding of frame_ms to whole samples)."""
+        if abs(frame_s - self.frame_s) > 0.5 / self.sample_rate_hz:
+            raise ValueError(f"frame period {frame_s * 1e3:g} ms differs from the "
+                             f"{self.frame_s * 1e3:g} ms this source was built for")
 
     def tokenize(self, frame: np.ndarray) -> np.ndarray:
         """The frame's ids (int64, length tokens_in); `frame` is frame_samples of float audio."""

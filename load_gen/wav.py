@@ -75,12 +75,9 @@ class WavFrames:
         self._tokenizer = tokenizer
         self._loop = loop
         self._pos = 0  # next sample to read
-        self._frame_s = tokenizer.frame_samples / tokenizer.sample_rate_hz
 
     def next_frame(self, frame_s: float) -> Frame | None:
-        if abs(frame_s - self._frame_s) > 0.5 / self.clip.sample_rate_hz:
-            raise ValueError(f"frame period {frame_s * 1e3:g} ms differs from the "
-                             f"{self._frame_s * 1e3:g} ms this source was built for")
+        self._tokenizer.check_period(frame_s)
         samples, n = self.clip.samples, self._tokenizer.frame_samples
         start = self._pos
         if self._loop:

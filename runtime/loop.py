@@ -106,16 +106,19 @@ class Runner:
         self._occupancy = OccupancyTracker(window_s=max(2.0, 10 * self._frame_s))
         self._changes: list[tuple[str, object]] = []  # live changes, applied at the next tick
         self._changes_lock = threading.Lock()
-        self._stall_guard = config.stall_guard
+        self.stall_guard = config.stall_guard  # live setting ("on"/"off")
+        self.target = config.target  # live latency target, a fraction of the budget
 
     def _make_limit(self, kind: str, **overrides):
         cfg = self.config
         cap = max(cfg.sessions, 1)
         if kind == "aimd":
-            params = {"initial": min(4, cap), "max_limit": cap, "target_fraction": cfg.target}
+            params = {"initial": min(4, cap), "max_limit": cap,
+                      "target_fraction": getattr(self, "target", cfg.target)}
             return AIMDLimit(AIMDConfig(**{**params, **overrides}), cfg.budget)
         if kind == "gradient":
-            params = {"initial": min(4, cap), "max_limit": cap, "target_fraction": cfg.target}
+            params = {"initial": min(4, cap), "max_limit": cap,
+                      "target_fraction": getattr(self, "target", cfg.target)}
             return GradientLimit(GradientConfig(**{**params, **overrides}), cfg.budget)
         if kind in ("off", "fixed"):
             return FixedLimit(int(overrides.get("limit", cap)))
@@ -185,8 +188,9 @@ class Runner:
                 self.engine.set_policy(value)
                 detail = {"old": self._policy_text(old), "new": self._policy_text(value)}
             elif key == "target":
-                detail = {"old": getattr(self.limit, "config", None) and
-                          self.limit.config.target_fraction, "new": value}
+                # Kept even under a fixed limit: a later AIMD/gradient limit starts from it.
+                detail = {"old": self.target, "new": value}
+                self.target = value
                 if hasattr(self.limit, "retarget"):
                     self.limit.retarget(value)
             elif key == "limit":
@@ -196,8 +200,8 @@ class Runner:
                 self.gate.limit = value
                 self.control.inner = value
             else:
-                detail = {"old": self._stall_guard, "new": value}
-                self._stall_guard = value
+                detail = {"old": self.stall_guard, "new": value}
+                self.stall_guard = value
             self._event(t_rel, "param_change", setting=key, **detail)
 
     # --- control from other threads (run lifecycle) --------------------------------------------
@@ -444,6 +448,9 @@ class Runner:
 
     def _close_session(self, session: _Session, t_rel: float, why: str) -> None:
         self._finalise(session, self.engine.now(), keep_early=why != "run ended")
+        close_source = getattr(session.frames, "close", None)
+        if close_source is not None:
+            close_source()  # e.g. releases a microphone stream now, not at garbage collection
         self.engine.close(session.session_id)
         self._sessions.pop(session.session_id, None)
         self._max_blocks_closed = max(self._max_blocks_closed, session.max_blocks)
@@ -463,7 +470,9 @@ class Runner:
         cfg = self.config
         tot = self._totals
         now = self.engine.now()
-        overrun_ms = max(0.0, (now - self._t0 - t_rel) * 1e3)
+        # A paced twin keeps virtual time exact; its lag behind the wall clock is the overrun.
+        lag_s = max(now - self._t0 - t_rel, getattr(self.engine, "wall_lag_s", 0.0))
+        overrun_ms = max(0.0, lag_s * 1e3)
         if overrun_ms > cfg.frame_ms / 2:
             tot.overruns += 1
         tot.max_overrun_ms = max(tot.max_overrun_ms, overrun_ms)
@@ -485,7 +494,7 @@ class Runner:
             self._first_stall_at = self._stall.stall_at
         tot.max_occupancy = max(tot.max_occupancy, pool.occupancy)
         self._apply_changes(t_rel)
-        if stalled and self._stall_guard == "on":
+        if stalled and self.stall_guard == "on":
             self._evict_for_stall(t_rel)
         self._occupancy.add(t_rel, pool.occupancy)
         self.control.maybe_sample(now, len(self._sessions))

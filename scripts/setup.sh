@@ -54,6 +54,23 @@ if [ "$MODE" = test ] && ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+if [ "$MODE" = test ] && ! { command -v espeak-ng && command -v sox && dpkg -s libportaudio2; } >/dev/null 2>&1; then
+  # The load tests speak with espeak-ng and cut/resample with sox; with PortAudio the
+  # microphone test reaches the real sounddevice (and finds no input device on CI).
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "setup: installing espeak-ng, sox and libportaudio2 for the audio load tests" >&2
+    (apt-get update -qq && apt-get install -y -qq espeak-ng sox libportaudio2 >/dev/null) || echo "setup: audio tools not installed; the speech tests will be skipped" >&2
+  fi
+fi
+
+if [ ! -d /usr/share/games/fortunes ]; then
+  # `metronome quality` and its test read long English text offline: Debian's fortunes.
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "setup: installing Debian fortunes (text for metronome quality)" >&2
+    (apt-get update -qq && apt-get install -y -qq fortunes >/dev/null) || echo "setup: fortunes not installed; metronome quality falls back to the GPL-3 text" >&2
+  fi
+fi
+
 # The bundled tiny model is built locally from a seed (no model hub); a no-op once cached.
 .venv/bin/metronome build-model tiny >/dev/null
 echo "setup: ready" >&2

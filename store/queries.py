@@ -117,10 +117,11 @@ def tick_buckets(cur, run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
         """, [bucket_s, bucket_s, run_id]).df()
 
 
-def frame_buckets(cur, run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
+def frame_buckets(cur, run_id: str, bucket_s: float = 1.0, since: float = 0.0) -> pd.DataFrame:
     """Per time bucket, the truthful and the naive (gateway) view of the same frames: latency
     percentiles, silent frames, deadline misses. Columns as latency_percentiles plus
-    silent_per_s, miss_rate (truthful) and naive_miss_rate (empty frames counted on time)."""
+    silent_per_s, miss_rate (truthful) and naive_miss_rate (empty frames counted on time).
+    `since` (a bucket edge) limits it to the buckets from there on, for incremental refresh."""
     df = cur.execute(
         """
         SELECT floor(t_submit / ?) * ? AS t,
@@ -130,22 +131,23 @@ def frame_buckets(cur, run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
                count(*) FILTER (WHERE silent) / ? AS silent_per_s,
                avg(CASE WHEN on_time THEN 0.0 ELSE 1.0 END) AS miss_rate,
                avg(CASE WHEN naive_on_time THEN 0.0 ELSE 1.0 END) AS naive_miss_rate
-        FROM frames WHERE run_id = ? GROUP BY 1 ORDER BY 1
-        """, [bucket_s, bucket_s, bucket_s, run_id]).df()
+        FROM frames WHERE run_id = ? AND t_submit >= ? GROUP BY 1 ORDER BY 1
+        """, [bucket_s, bucket_s, bucket_s, run_id, since]).df()
     if df.empty:
         return pd.DataFrame(columns=["t", "p50_ms", "p95_ms", "p99_ms", "naive_p95_ms", "frames",
                                      "silent_per_s", "miss_rate", "naive_miss_rate"])
     return _split_quantiles(df)
 
 
-def session_wall(cur, run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
-    """Sessions × time buckets: tokens produced and the share of silent frames in each cell."""
+def session_wall(cur, run_id: str, bucket_s: float = 1.0, since: float = 0.0) -> pd.DataFrame:
+    """Sessions × time buckets: tokens produced and the share of silent frames in each cell
+    (from the bucket edge `since` on)."""
     return cur.execute(
         """
         SELECT session_id, floor(t_submit / ?) * ? AS t, sum(tokens_out) AS tokens,
                count(*) AS frames, avg(CASE WHEN silent THEN 1.0 ELSE 0.0 END) AS silent_share
-        FROM frames WHERE run_id = ? GROUP BY 1, 2 ORDER BY 1, 2
-        """, [bucket_s, bucket_s, run_id]).df()
+        FROM frames WHERE run_id = ? AND t_submit >= ? GROUP BY 1, 2 ORDER BY 1, 2
+        """, [bucket_s, bucket_s, run_id, since]).df()
 
 
 def param_changes(cur, run_id: str) -> pd.DataFrame:

@@ -3,7 +3,9 @@
 import json
 import subprocess
 import sys
+import wave
 
+import numpy as np
 import pytest
 
 
@@ -25,6 +27,10 @@ def _metronome(*args, timeout=120):
     (["--sessions", "0"], "sessions 0 must be in [1, 100000]"),
     (["--frame-ms", "abc"], "'abc' is not a number"),
     (["--db", "/nonexistent/dir/x.duckdb", "--engine", "twin"], "database folder /nonexistent/dir does not exist"),
+    (["--load", "wav"], "load wav needs --wav-dir"),
+    (["--load", "wav", "--wav-dir", "/nonexistent/wavs"],
+     "WAV folder /nonexistent/wavs does not exist"),
+    (["--wav-dir", "/tmp"], "wav dir /tmp only applies to load wav"),
 ])
 def test_bad_input_is_one_line_naming_the_value(args, needle, tmp_path):
     r = _metronome("run", "--json", "--db", str(tmp_path / "x.duckdb"), *args)
@@ -44,3 +50,39 @@ def test_twin_run_prints_exactly_one_json_object(tmp_path):
     assert summary["stalled"] is True and summary["stall_at_s"] > 0
     listing = _metronome("runs", "--db", str(tmp_path / "t.duckdb"))
     assert summary["run_id"] in listing.stdout and "finished" in listing.stdout
+
+
+def test_twin_run_replays_a_wav_folder(tmp_path):
+    folder = tmp_path / "wavs"
+    folder.mkdir()
+    t = np.arange(44100) / 44100  # one second: a 300 Hz tone, silent in its second half
+    pcm = (0.3 * np.sin(2 * np.pi * 300 * t) * (t < 0.5) * 32767).astype("<i2")
+    with wave.open(str(folder / "tone.wav"), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(44100)
+        w.writeframes(pcm.tobytes())
+    r = _metronome("run", "--engine", "twin", "--json", "--db", str(tmp_path / "w.duckdb"),
+                   "--load", "wav", "--wav-dir", str(folder), "--no-wav-loop", "--sessions", "2",
+                   "--frame-ms", "160", "--duration", "3", "--policy", "window", "--window", "64")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    # Both sessions replay the one file once: ceil(1 s / 0.16 s) = 7 frames each, then end.
+    assert summary["sessions_offered"] == summary["admitted"] == 2
+    assert summary["frames"] == 14 and summary["silent_frames"] == 0
+
+
+def test_mic_without_a_microphone_is_one_plain_line(tmp_path):
+    from load_gen.mic import MicrophoneUnavailable, system_input
+
+    try:
+        system_input(None, 16000)
+        pytest.skip("this machine has a microphone")
+    except MicrophoneUnavailable:
+        pass
+    r = _metronome("run", "--engine", "twin", "--json", "--db", str(tmp_path / "m.duckdb"),
+                   "--load", "mic")
+    assert r.returncode == 2 and r.stdout == ""
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("metronome: error:")]
+    assert len(lines) == 1 and "microphone unavailable: " in lines[0], r.stderr
+    assert "Traceback" not in r.stderr

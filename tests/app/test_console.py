@@ -1,103 +1,69 @@
-"""The console page (through Streamlit's AppTest), its run host and its chart builders.
-
-Only the twin engine runs here: it simulates a run in milliseconds and never starts vLLM.
-"""
+"""The console through Streamlit's AppTest: every page with no data, with a finished run, and
+after changing a control. Only the twin runs here (simulated, or paced in wall-clock time)."""
 
 from __future__ import annotations
 
 import json
-import threading
 import time
-from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
 import pytest
-import streamlit as st
-from streamlit.testing.v1 import AppTest
 
-from app import charts
-from app.engine_host import RunHost
-from runtime import RunConfig, make_engine
+from app.console import run_host
 from store import open_store, queries
+from tests.app.conftest import (charts_by_title, finished_twin_run, page,
+                                running_paced_twin, wait_settled)
 
-APP = str(Path(__file__).resolve().parents[2] / "streamlit_app.py")
-RUN_TIMEOUT_S = 20.0
-
-
-@pytest.fixture
-def db(tmp_path, monkeypatch) -> str:
-    path = str(tmp_path / "console.duckdb")
-    monkeypatch.setenv("METRONOME_DB", path)
-    yield path
-    # The page's RunHost is process-wide (st.cache_resource); releasing it stops its run and
-    # keeps one test's run out of the next test's page.
-    st.cache_resource.clear()
+LIVE_CHARTS = {"Frame latency vs budget", "KV pool occupancy", "Silent frames per second",
+               "Live sessions and cap", "Session wall (dark: silent)",
+               "Naive gateway view (what a normal dashboard shows)",
+               "Truthful view (what users hear)"}
 
 
-def _page() -> AppTest:
-    return AppTest.from_file(APP, default_timeout=10).run()
+@pytest.mark.parametrize("name, message", [
+    (None, "No runs yet"),
+    ("controls", "No run is running"),
+    ("experiments", "No experiment yet"),
+    ("runs", "No runs yet"),
+])
+def test_every_page_renders_with_an_empty_database(db, name, message):
+    at = page(name)
+    assert not at.exception and not at.error
+    assert message in at.info[0].value
 
 
-def _charts(at: AppTest) -> dict[str, dict]:
-    """The page's vega-lite charts by title: their spec and the row count of each dataset
-    (st.altair_chart ships the data as Arrow IPC streams beside the spec)."""
-    found = {}
-    for element in at.get("vega_lite_chart"):
-        spec = json.loads(element.proto.spec)
-        rows = [pa.ipc.open_stream(d.data.data).read_all().num_rows
-                for d in element.proto.datasets]
-        found[spec["title"]] = {"spec": spec, "rows": rows}
-    return found
-
-
-def _status_line(at: AppTest) -> str:
-    bars = at.get("progress")
-    return bars[0].text if bars else ""
-
-
-def test_page_renders_with_an_empty_database(db):
-    at = _page()
-
-    assert not at.exception
-    assert not at.error
-    assert "No runs yet" in at.info[0].value
+def test_load_page_renders_its_form_with_nothing_running(db):
+    at = page("load")
+    assert not at.exception and not at.error
     assert at.selectbox(key="engine").value == "vllm"
     assert "twin (simulated)" in at.selectbox(key="engine").format_func("twin")
-    assert at.selectbox(key="view_run").options == ["current run (live)"]
+    assert at.selectbox(key="load").options[:3] == ["fixed", "ramp", "poisson"]
 
 
-def test_twin_run_from_the_form_shows_its_charts_and_is_recorded(db):
-    at = _page()
+# --- Load ---------------------------------------------------------------------------------------
+def test_load_page_starts_a_twin_run_that_is_recorded(db):
+    at = page("load")
     at.selectbox(key="engine").select("twin")
-    at.selectbox(key="policy").select("unbounded")
+    at.selectbox(key="load").select("poisson")
+    at.number_input(key="arrival_rate").set_value(4.0)
+    at.number_input(key="session_s").set_value(2.0)
     at.number_input(key="sessions").set_value(6)
     at.number_input(key="pool_blocks").set_value(64)
     at.number_input(key="duration_s").set_value(3.0)
     at.button(key="start").click().run()
 
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not _status_line(at).startswith("finished"):
-        assert not at.exception and not at.error, (at.exception, at.error)
-        assert time.monotonic() < deadline, f"run did not finish: {_status_line(at)!r}"
-        time.sleep(0.1)
-        at.run()
-
-    assert "simulated" in _status_line(at)
-    shown = _charts(at)
-    assert set(shown) == {"Frame latency vs budget", "KV pool occupancy",
-                          "Silent frames per second"}
-    assert all(rows > 0 for chart in shown.values() for rows in chart["rows"]), shown
-    run_id = _status_line(at).split(" · ")[1].removeprefix("run ")
-    assert any(label.startswith(run_id) for label in at.selectbox(key="view_run").options)
-    row = queries.run_row(open_store(db).cursor(), run_id)
-    assert row["status"] == "finished"
-    assert row["simulated"]
-    assert (row["sessions"], row["pool_blocks"], row["duration_s"]) == (6, 64, 3.0)
+    assert not at.exception and not at.error
+    assert "started" in at.success[0].value
+    state = wait_settled()
+    assert state["status"] == "finished" and state["simulated"]
+    open_store(db).writer.flush()
+    row = queries.run_row(open_store(db).cursor(), state["run_id"])
+    assert (row["load"], row["sessions"], row["session_s"], row["pool_blocks"]) == \
+        ("poisson", 6, 2.0, 64)
 
 
-def test_invalid_window_is_reported_inline_and_starts_nothing(db):
-    at = _page()
+def test_load_page_explains_an_invalid_value_inline_and_starts_nothing(db):
+    at = page("load")
     at.selectbox(key="engine").select("twin")
     at.selectbox(key="policy").select("window")
     at.number_input(key="window").set_value(16)  # below one 32-token block
@@ -105,97 +71,232 @@ def test_invalid_window_is_reported_inline_and_starts_nothing(db):
 
     assert not at.exception
     assert len(at.error) == 1
-    message = at.error[0].value
-    assert "window" in message and "\n" not in message
-    assert not at.get("progress")
+    assert "window" in at.error[0].value and "\n" not in at.error[0].value
+    assert run_host().state()["run_id"] is None
     assert queries.runs(open_store(db).cursor()).empty
 
 
-# --- the run host -----------------------------------------------------------------------------
-def _wait_until_settled(host: RunHost) -> dict:
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while host.state()["status"] in ("starting", "running", "stopping"):
-        assert time.monotonic() < deadline, host.state()
-        time.sleep(0.01)
-    return host.state()
+def test_load_page_shows_what_is_running(db):
+    run_id = running_paced_twin(db)
+    at = page("load")
+    assert not at.exception
+    assert any(run_id in m.value for m in at.markdown)
+    assert at.json[0].value and json.loads(at.json[0].value)["paced"] is True
 
 
-def test_host_records_an_engine_start_failure_as_one_line(tmp_path):
-    def broken_engine(config, store):
-        raise RuntimeError("no accelerator found\nlong traceback-ish detail")
+# --- Live ---------------------------------------------------------------------------------------
+def test_live_page_draws_a_finished_run_with_every_chart_filled(db):
+    run_id = finished_twin_run(db)
+    at = page()
 
-    host = RunHost(engine_factory=broken_engine)
-    host.start(RunConfig(engine="twin"), str(tmp_path / "h.duckdb"))
-
-    state = _wait_until_settled(host)
-    assert state["status"] == "failed"
-    assert state["error"] == "engine did not start: no accelerator found"
-
-
-def test_host_runs_one_at_a_time_and_shuts_a_stopped_engine_down(tmp_path):
-    release = threading.Event()
-    shut_down = threading.Event()
-
-    def slow_engine(config, store):  # stands in for vLLM's ~20 s start
-        release.wait(RUN_TIMEOUT_S)
-        engine = make_engine(config, store)
-        engine.shutdown = shut_down.set
-        return engine
-
-    host = RunHost(engine_factory=slow_engine)
-    config = RunConfig(engine="twin", sessions=2, duration_s=1.0)
-    run_id = host.start(config, str(tmp_path / "h.duckdb"))
-    assert host.state()["status"] == "starting"
-    assert host.state()["run_id"] == run_id
-    with pytest.raises(ValueError, match="still starting"):
-        host.start(config, str(tmp_path / "h.duckdb"))
-
-    host.stop()
-    release.set()
-    state = _wait_until_settled(host)
-    assert state["status"] == "aborted"
-    assert shut_down.is_set()
+    assert not at.exception and not at.error
+    shown = charts_by_title(at)
+    assert LIVE_CHARTS <= set(shown), set(shown)
+    for title in LIVE_CHARTS - {"KV pool occupancy"}:
+        assert shown[title][0] > 0, (title, shown[title])
+    labels = [m.label for m in at.metric]
+    for gauge in ("live sessions", "cap (limit)", "admitted", "rejected", "evicted", "pool ρ",
+                  "t_sat (ρ → 1)", "on time (naive)", "on time (truth)", "silent frames"):
+        assert gauge in labels
+    assert any(run_id in s.value for s in at.subheader)
 
 
-def test_host_reports_a_finished_run_with_its_summary(tmp_path):
-    host = RunHost()
-    run_id = host.start(RunConfig(engine="twin", sessions=2, duration_s=1.0),
-                        str(tmp_path / "h.duckdb"))
-
-    state = _wait_until_settled(host)
-    assert state["status"] == "finished"
-    assert state["progress"] == 1.0
-    assert state["error"] is None
-    assert state["summary"]["run_id"] == run_id
-    assert state["simulated"]
-
-
-# --- chart builders ---------------------------------------------------------------------------
-@pytest.mark.parametrize("build", [
-    lambda df: charts.latency_chart(df, 80.0, 64.0),
-    charts.occupancy_chart,
-    charts.silent_chart,
-])
-def test_charts_accept_an_empty_frame(build):
-    spec = build(pd.DataFrame()).to_dict()
-    assert spec["title"]
+def test_live_page_shows_the_lie_beside_the_truth_for_a_gateway_run(db):
+    # Unbounded KV in a small pool stalls; a gateway waiting half the budget answers empty
+    # frames, which it counts as on time.
+    finished_twin_run(db, pool_blocks=32, wait_budget=0.5, duration_s=6.0)
+    at = page()
+    metrics = {m.label: m.value for m in at.metric}
+    naive = float(metrics["on time (naive)"].rstrip("%"))
+    truth = float(metrics["on time (truth)"].rstrip("%"))
+    assert naive > 95.0 and truth < 50.0, metrics
+    assert float(metrics["silent frames"].rstrip("%")) > 50.0
 
 
-def test_latency_chart_draws_the_budget_and_dashes_the_naive_p95():
-    df = pd.DataFrame({"t": [0.0, 1.0], "p50_ms": [10.0, 12.0], "p95_ms": [20.0, 25.0],
-                       "p99_ms": [30.0, 90.0], "naive_p95_ms": [20.0, 24.0], "frames": [8, 8]})
-    spec = charts.latency_chart(df, 80.0).to_dict()
+# --- Controls -----------------------------------------------------------------------------------
+def _events(db: str, run_id: str, setting: str, timeout: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        changes = queries.param_changes(open_store(db).cursor(), run_id)
+        hits = changes[changes.setting == setting]
+        if not hits.empty:
+            return hits
+        time.sleep(0.1)
+    raise AssertionError(f"no param_change event for {setting}")
 
-    datasets = list(spec["datasets"].values())
-    assert {"label": "budget 80 ms", "ms": 80.0} in datasets[1]
-    dash = spec["layer"][0]["encoding"]["strokeDash"]["scale"]
-    naive = dash["domain"].index(charts.NAIVE_LABEL)
-    assert dash["range"][naive] != dash["range"][0]
-    assert {"t": 1.0, "series": "p99", "ms": 90.0} in datasets[0]
+
+def test_changing_w_live_records_the_event_and_reaches_the_engine(db):
+    run_id = running_paced_twin(db, policy="window", window=128)
+    at = page("controls")
+    at.number_input(key="ctl_window").set_value(256)
+    at.button(key="apply_policy").click().run()
+
+    assert not at.exception and not at.error
+    assert "window W=128 S=0 → window W=256 S=0" in at.success[0].value
+    event = _events(db, run_id, "policy").iloc[0]
+    assert (event.old, event.new) == ("window W=128 S=0", "window W=256 S=0")
+    assert run_host().live_settings()["policy"] == "window W=256 S=0"
 
 
-def test_occupancy_chart_is_pinned_to_zero_one():
-    spec = charts.occupancy_chart(pd.DataFrame({"t": [0.0], "occupancy": [0.2],
-                                                "used_blocks": [1], "total_blocks": [5],
-                                                "live": [1]})).to_dict()
-    assert spec["encoding"]["y"]["scale"]["domain"] == [0, 1]
+def test_changing_the_limit_and_target_live(db):
+    run_id = running_paced_twin(db)
+    at = page("controls")
+    at.number_input(key="ctl_target").set_value(0.6)
+    at.button(key="apply_target").click().run()
+    assert "latency target 0.60" in at.success[0].value
+    at.selectbox(key="ctl_limit").select("aimd").run()
+    at.number_input(key="ctl_aimd_max").set_value(3)
+    at.number_input(key="ctl_aimd_initial").set_value(2)
+    at.button(key="apply_limit").click().run()
+    assert not at.error, at.error
+    assert "limit aimd (cap 2)" in at.success[0].value
+
+    assert _events(db, run_id, "limit").iloc[0].new == "aimd"
+    _events(db, run_id, "target")
+    settings = run_host().live_settings()
+    assert settings["limit"] == "aimd" and settings["target"] == 0.6
+    at.run()  # the page lists the recorded changes
+    assert set(at.dataframe[0].value.setting) >= {"limit", "target"}
+
+
+def test_invalid_control_values_are_explained_inline(db):
+    running_paced_twin(db)
+    at = page("controls")
+    at.selectbox(key="ctl_policy").select("window")
+    at.number_input(key="ctl_window").set_value(16)
+    at.button(key="apply_policy").click().run()
+    at.selectbox(key="ctl_limit").select("aimd").run()
+    at.number_input(key="ctl_aimd_backoff").set_value(1.5)
+    at.button(key="apply_limit").click().run()
+
+    assert not at.exception
+    assert not at.success
+    assert len(at.error) == 1 and "backoff 1.5" in at.error[0].value
+    assert "\n" not in at.error[0].value
+
+
+def test_stall_guard_switched_on_live(db):
+    run_id = running_paced_twin(db)
+    at = page("controls")
+    at.radio(key="ctl_stall_guard").set_value("on")
+    at.button(key="apply_stall_guard").click().run()
+    assert "stall guard on" in at.success[0].value
+    event = _events(db, run_id, "stall_guard").iloc[0]
+    assert (event.old, event.new) == ("off", "on")
+
+
+# --- Experiments --------------------------------------------------------------------------------
+def _run_experiment(kind: str, **values) -> "AppTest":  # noqa: F821
+    at = page("experiments")
+    at.radio(key="exp_kind").set_value(kind)
+    for key, value in values.items():
+        at.number_input(key=key).set_value(value)
+    at.button(key="exp_run").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    assert wait_settled()["status"] == "finished"
+    return at.run()
+
+
+def test_cliff_vs_slope_draws_both_runs_on_shared_axes(db):
+    at = _run_experiment("cliff vs slope")
+    markdown = " ".join(m.value for m in at.markdown)
+    assert "**unbounded**" in markdown and "**window W=128 S=0**" in markdown
+    specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+    latency = [s for s in specs if s["title"] == "Frame latency vs budget"]
+    assert len(latency) == 2
+    assert latency[0]["layer"][0]["encoding"]["y"]["scale"] == \
+        latency[1]["layer"][0]["encoding"]["y"]["scale"]
+    assert latency[0]["layer"][0]["encoding"]["x"]["scale"]["domain"] == [0.0, 15.0]
+
+
+def test_collapse_table_counts_stalled_runs_per_policy(db):
+    at = _run_experiment("collapse", exp_repeats=4)
+    table = at.dataframe[0].value.set_index("policy")
+    assert table.loc["window W=128 S=0", "k/n stalled"] == "0/4"
+    stalled, runs = table.loc["unbounded", "k/n stalled"].split("/")
+    assert runs == "4" and int(stalled) >= 1
+    assert "Collapse: stalled runs per policy" in charts_by_title(at)
+
+
+def test_n_star_discovery_marks_the_converged_cap(db):
+    at = _run_experiment("N* discovery", exp_rate=8.0, exp_session_s=8.0, exp_duration=50.0,
+                         exp_pool=1024)
+    n_star = [m for m in at.metric if m.label.startswith("converged cap N*")][0]
+    assert 25 <= int(n_star.value) <= 45  # the twin's analytic N* at these settings is 37
+    assert "Admission cap (N* discovery)" in charts_by_title(at)
+    assert not at.warning
+
+
+def test_experiment_shows_progress_while_it_runs(db):
+    at = page("experiments")
+    at.radio(key="exp_kind").set_value("collapse")
+    at.number_input(key="exp_repeats").set_value(30)
+    at.button(key="exp_run").click().run()
+    bars = at.get("progress")
+    assert any("collapse: run" in b.proto.text for b in bars), [b.proto.text for b in bars]
+    run_host().stop()
+    assert wait_settled()["status"] == "aborted"
+
+
+# --- Runs ---------------------------------------------------------------------------------------
+def test_runs_page_filters_opens_and_compares(db):
+    first = finished_twin_run(db)
+    second = finished_twin_run(db, policy="window", window=64)
+    at = page("runs")
+    assert not at.exception and not at.error
+    assert set(at.dataframe[0].value.run_id) == {first, second}
+    at.multiselect(key="runs_policy").select("window").run()
+    assert list(at.dataframe[0].value.run_id) == [second]
+    at.multiselect(key="runs_policy").unselect("window").run()
+
+    at.selectbox(key="runs_compare_a").select(first)
+    at.selectbox(key="runs_compare_b").select(second)
+    at.toggle(key="runs_compare_show").set_value(True).run()
+    assert not at.exception
+    titles = [json.loads(c.proto.spec)["title"] for c in at.get("vega_lite_chart")]
+    assert titles.count("Frame latency vs budget") == 2
+    assert list(at.dataframe[1].value.columns) == [first, second]
+
+    at.selectbox(key="runs_open").select(first)
+    at.button(key="runs_open_button").click().run()
+    assert at.selectbox(key="view_run").value == first
+    assert any(first in s.value for s in at.subheader)
+
+
+def test_runs_page_offers_every_export(db):
+    finished_twin_run(db)
+    at = page("runs")
+    buttons = {b.proto.label for b in at.get("download_button")}
+    assert buttons == {"Frames (Parquet)", "Frames (CSV)", "Report (HTML)", "Report (PNG)"}
+
+
+def test_host_state_while_nothing_runs(db):
+    assert run_host().state()["status"] == "idle"
+    with pytest.raises(ValueError, match="no run is running"):
+        run_host().apply(target=0.5)
+
+
+def test_incremental_live_refresh_adds_up_to_the_full_scan(db):
+    """Refreshes of a running run keep settled buckets and scan only newer frames; once the run
+    has ended, what they built equals one full scan."""
+    from app import views
+
+    run_id = running_paced_twin(db, duration_s=3.0, sessions=8)
+    cur = open_store(db).cursor()
+    cache: dict = {}
+    while run_host().state()["status"] == "running":
+        row = queries.run_row(cur, run_id)
+        if row is not None:
+            views.live_data(cur, row, cache)
+        time.sleep(0.3)
+    wait_settled()
+    open_store(db).writer.flush()
+    row = queries.run_row(cur, run_id)
+    assert next(iter(cache.values())).until > 0  # some buckets were settled mid-run
+    incremental = views.live_data(cur, row, cache)
+    full = views.live_data(cur, row)
+    pd.testing.assert_frame_equal(incremental.frames, full.frames)
+    def cells(wall):  # the chart does not care about row order
+        return wall.sort_values(["session_id", "t"]).reset_index(drop=True)
+
+    pd.testing.assert_frame_equal(cells(incremental.wall), cells(full.wall))

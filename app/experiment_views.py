@@ -1,0 +1,66 @@
+"""Drawing an experiment's finished runs: side by side on shared axes, the collapse table, the
+converged cap. Runs not finished yet are simply not drawn, so this works while a series runs."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from app import charts, experiments, views
+from store import queries
+
+
+def finished_rows(cur, run_ids: list[str]) -> list[dict]:
+    rows = [queries.run_row(cur, run_id) for run_id in run_ids]
+    return [row for row in rows if row is not None and row["summary"]]
+
+
+def draw_results(cur, kind: str, run_ids: list[str]) -> None:
+    rows = finished_rows(cur, run_ids)
+    if not rows:
+        return
+    if kind == "cliff vs slope":
+        side_by_side(cur, rows)
+    elif kind == "collapse":
+        table = experiments.collapse_table(rows)
+        st.subheader("Collapse table")
+        st.dataframe(table.drop(columns=["stalled", "runs"]), hide_index=True)
+        st.altair_chart(charts.collapse_chart(table), width="stretch")
+    else:
+        n_star(cur, rows[0])
+
+
+def side_by_side(cur, rows: list[dict]) -> None:
+    """One column per run, every chart on the same axes, so cliff and slope read directly."""
+    data = {row["run_id"]: views.live_data(cur, row) for row in rows}
+    x = (0.0, max(float(row["duration_s"]) for row in rows))
+    top = max([float(row["budget_ms"]) * 1.1 for row in rows]
+              + [float(d.frames["p99_ms"].max()) for d in data.values() if not d.frames.empty])
+    for col, row in zip(st.columns(len(rows)), rows):
+        d = data[row["run_id"]]
+        summary = json.loads(row["summary"])
+        stall = summary["stall_at_s"]
+        col.markdown(f"**{experiments.policy_label(row)}** · seed {row['seed']} · "
+                     + ("never stalled" if stall is None else f"stalled at {stall:.1f} s")
+                     + f" · silent {summary['silent_rate'] or 0:.1%}")
+        col.altair_chart(charts.latency_chart(d.frames, float(row["budget_ms"]), x_domain=x,
+                                              y_domain=(0, top)), width="stretch")
+        col.altair_chart(charts.occupancy_chart(d.ticks, x_domain=x), width="stretch")
+        col.altair_chart(charts.silent_chart(d.frames, x), width="stretch")
+
+
+def n_star(cur, row: dict) -> None:
+    summary = json.loads(row["summary"])
+    ticks = queries.tick_buckets(cur, row["run_id"], views.bucket_for(float(row["duration_s"])))
+    converged = experiments.converged_cap(ticks)
+    st.metric("converged cap N* (median cap over the last third)", converged)
+    if summary["rejected"] == 0:
+        st.warning("No session was ever rejected: demand never reached the cap, so this is the "
+                   "offered load, not N*. Raise the arrival rate or the session length.")
+    st.altair_chart(charts.limit_chart(ticks, converged, (0.0, float(row["duration_s"]))),
+                    width="stretch")
+    st.dataframe(pd.DataFrame([{k: summary[k] for k in (
+        "admitted", "rejected", "p95_ms", "silent_rate", "on_time_rate", "stalled")}]),
+        hide_index=True)

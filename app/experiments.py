@@ -1,0 +1,96 @@
+"""Experiments as series of runs: plans (lists of RunConfigs) and how their results read.
+
+Pure functions, no Streamlit: the Experiments page starts a plan on the run host, and reads the
+results back from the store by the run ids the host returned.
+
+- cliff vs slope: the same seeded load, unbounded then windowed.
+- collapse: that pair repeated over n seeds; how many of each stalled (the paper's 14/20 vs 0/20).
+- N* discovery: a ramp with AIMD admission; the cap it converges to.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import replace
+
+import pandas as pd
+
+from runtime import RunConfig
+
+KINDS = ("cliff vs slope", "collapse", "N* discovery")
+
+# A Poisson load near the pool's edge: unbounded runs stall in some seeds and not in others
+# (metastable), windowed runs never; measured on the twin: 5/8 vs 0/8 at these settings.
+DEFAULTS = {"engine": "twin", "load": "poisson", "sessions": 30, "arrival_rate": 2.0,
+            "session_s": 6.0, "duration_s": 15.0, "pool_blocks": 352}
+
+
+def cliff_vs_slope(base: RunConfig, window: int, sinks: int) -> list[RunConfig]:
+    """The base load twice with one seed: unbounded KV, then windowed (W, S)."""
+    return [replace(base, policy="unbounded", window=None, sinks=0),
+            replace(base, policy="window", window=window, sinks=sinks)]
+
+
+def collapse(base: RunConfig, window: int, sinks: int, repeats: int) -> list[RunConfig]:
+    """cliff_vs_slope over seeds base.seed … base.seed + repeats − 1."""
+    if not 1 <= repeats <= 100:
+        raise ValueError(f"repeats {repeats} must be in [1, 100]")
+    return [config for i in range(repeats)
+            for config in cliff_vs_slope(replace(base, seed=base.seed + i), window, sinks)]
+
+
+def n_star(base: RunConfig, window: int, sinks: int) -> list[RunConfig]:
+    """Poisson arrivals for the whole run (rate × duration sessions offered) with AIMD
+    admission on a windowed pool: the cap rises while latency has headroom and settles around
+    the schedulable concurrency N*. Windowed, so latency is a slope and no stall ends the climb;
+    sessions end (session_s), so the cap can also come down to N* after an overshoot."""
+    if base.arrival_rate is None:
+        raise ValueError("N* discovery needs an arrival rate (sessions/s)")
+    offered = max(1, math.ceil(base.arrival_rate * base.duration_s))
+    return [replace(base, load="poisson", sessions=offered, admission="aimd", policy="window",
+                    window=window, sinks=sinks)]
+
+
+def converged_cap(ticks: pd.DataFrame) -> int | None:
+    """N*: the median cap over the last third of the run, after the climb (None: no ticks)."""
+    if ticks.empty:
+        return None
+    tail = ticks.limit_sessions.iloc[2 * len(ticks) // 3:]
+    return int(round(float(tail.median())))
+
+
+def plan(kind: str, base: RunConfig, window: int, sinks: int, repeats: int) -> list[RunConfig]:
+    if kind == "cliff vs slope":
+        return cliff_vs_slope(base, window, sinks)
+    if kind == "collapse":
+        return collapse(base, window, sinks, repeats)
+    if kind == "N* discovery":
+        return n_star(base, window, sinks)
+    raise ValueError(f"experiment {kind!r} is not one of {', '.join(KINDS)}")
+
+
+def policy_label(row: dict) -> str:
+    if row["policy"] == "window":
+        return f"window W={row['window_tokens']} S={row['sink_tokens']}"
+    return "unbounded"
+
+
+def collapse_table(rows: list[dict]) -> pd.DataFrame:
+    """Per policy: k/n runs stalled, the median stall time, the mean silent-frame rate.
+    `rows` are runs rows (queries.run_row) of finished runs."""
+    by_policy: dict[str, list[dict]] = {}
+    for row in rows:
+        if row.get("summary"):
+            by_policy.setdefault(policy_label(row), []).append(json.loads(row["summary"]))
+    table = []
+    for label, summaries in by_policy.items():
+        stalls = [s["stall_at_s"] for s in summaries if s["stalled"]]
+        silent = [s["silent_rate"] for s in summaries if s["silent_rate"] is not None]
+        table.append({"policy": label, "stalled": len(stalls), "runs": len(summaries),
+                      "k/n stalled": f"{len(stalls)}/{len(summaries)}",
+                      "median stall at (s)": statistics.median(stalls) if stalls else None,
+                      "mean silent rate": statistics.fmean(silent) if silent else None})
+    return pd.DataFrame(table, columns=["policy", "stalled", "runs", "k/n stalled",
+                                        "median stall at (s)", "mean silent rate"])

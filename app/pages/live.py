@@ -1,0 +1,49 @@
+"""Live: the current run (or any past run) as it is written: latency against the budget, the
+pool and its fitted ρ(t), silent frames, sessions and cap, the session wall, and the naive
+gateway metrics beside the truthful ones."""
+
+import streamlit as st
+
+from app import views
+from app.console import LIVE, run_host, store
+from store import queries
+
+REFRESH_S = 1.0
+PAST_RUNS = 200
+
+st.title("Live")
+runs = queries.runs(store().cursor(), PAST_RUNS).to_dict("records")
+labels = {r["run_id"]: views.run_label(r) for r in runs}
+if st.session_state.get("view_run") not in (LIVE, *labels):
+    st.session_state["view_run"] = LIVE  # a run picked on the Runs page that is not listed yet
+selected = st.selectbox("Run", [LIVE, *labels], key="view_run",
+                        format_func=lambda run_id: labels.get(run_id, "current run (live)"))
+
+
+@st.fragment(run_every=REFRESH_S)
+def live(selected: str) -> None:
+    state = run_host().state()
+    cur = store().cursor()
+    run_id = state["run_id"] if selected == LIVE else selected
+    if run_id is None:
+        latest = queries.runs(cur, 1)
+        if latest.empty:
+            st.info("No runs yet: start one on the Load page.")
+            return
+        run_id = latest.run_id.iloc[0]
+    is_current = run_id == state["run_id"]
+    if is_current and state["status"] == "starting":
+        st.info(f"run {run_id} is starting"
+                + ("" if state["simulated"] else " (vLLM takes about 20 s)"))
+    row = queries.run_row(cur, run_id)
+    if row is None:
+        return  # the run's row comes with its first tick
+    data = views.live_data(cur, row, st.session_state.setdefault("_live_cache", {}))
+    views.header(row, live=is_current and row["status"] == "running")
+    views.summary_metrics(row["summary"])
+    views.gauges(data)
+    views.run_charts(data)
+    views.truth_and_lie(data)
+
+
+live(selected)

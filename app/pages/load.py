@@ -1,0 +1,38 @@
+"""Load: set a run up (engine, KV policy, load shape, admission), start and stop it, and see
+what is running."""
+
+import streamlit as st
+
+from app import run_form, views
+from app.console import run_host, store
+from app.engine_host import one_line
+from runtime import RunConfig
+from store import StoreError
+
+st.title("Load")
+host = run_host()
+left, right = st.columns([3, 2])
+with left:
+    with st.form("run_form"):
+        config_args = run_form.settings_widgets()
+        start = st.form_submit_button("Start", key="start", type="primary")
+    if start:
+        try:
+            # RunConfig validates everything; its ValueError is already one operator-facing line.
+            host.start(RunConfig(**config_args), store().path)
+        except (ValueError, StoreError) as exc:
+            st.error(one_line(exc))
+        else:
+            st.session_state["view_run"] = "live"
+            st.success("started: follow it on the Live page")
+    if st.button("Stop", key="stop"):
+        host.stop()
+with right:
+    st.subheader("Running now")
+    state = host.state()
+    if state["run_id"] is None or state["config"] is None:
+        st.caption("nothing")
+    else:
+        st.write(f"**{state['status']}** · run {state['run_id']} · "
+                 f"{views.engine_label(state['engine'])}")
+        st.json(run_form.describe(state["config"]), expanded=True)

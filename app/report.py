@@ -1,0 +1,98 @@
+"""Shareable reports of one run or two side by side: HTML (self-contained) or PNG.
+
+`metronome report RUN_ID [RUN_ID] --out FILE.{html,png}` and the Runs page's export use this.
+The charts are the console's own builders on shared axes; PNG goes through vl-convert (no
+browser), HTML inlines the Vega libraries so the file opens without a network.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+from pathlib import Path
+
+import altair as alt
+import pandas as pd
+
+from app import charts, experiments, views
+from store import queries
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("html", "png")
+SUMMARY_KEYS = ("status", "engine", "simulated", "policy", "window", "sinks", "sessions_offered",
+                "admitted", "rejected", "evicted", "frames", "silent_rate", "on_time_rate",
+                "naive_on_time_rate", "p50_ms", "p95_ms", "p99_ms", "naive_p95_ms",
+                "max_occupancy", "stalled", "stall_at_s", "tsat_pred_s", "final_limit",
+                "duration_s")
+
+
+def _rows(cur, run_ids: list[str]) -> list[dict]:
+    if not 1 <= len(run_ids) <= 2:
+        raise ValueError(f"a report covers one run or two, not {len(run_ids)}")
+    rows = []
+    for run_id in run_ids:
+        row = queries.run_row(cur, run_id)
+        if row is None:
+            raise ValueError(f"run {run_id!r} is not in the database")
+        rows.append(row)
+    return rows
+
+
+def summary_table(rows: list[dict]) -> pd.DataFrame:
+    """The runs' JSON summaries as one table, a column per run."""
+    columns = {}
+    for row in rows:
+        summary = json.loads(row["summary"]) if row["summary"] else {"status": row["status"]}
+        columns[row["run_id"]] = [summary.get(k) for k in SUMMARY_KEYS]
+    return pd.DataFrame(columns, index=list(SUMMARY_KEYS))
+
+
+def report_chart(cur, rows: list[dict]) -> alt.VConcatChart:
+    """A column per run: latency, occupancy, silent frames; shared x and latency axes."""
+    data = [views.live_data(cur, row) for row in rows]
+    x = (0.0, max(float(row["duration_s"]) for row in rows))
+    top = max([float(row["budget_ms"]) * 1.1 for row in rows]
+              + [float(d.frames["p99_ms"].max()) for d in data if not d.frames.empty])
+    columns = []
+    for row, d in zip(rows, data):
+        title = f"{row['run_id']} · {experiments.policy_label(row)}" + (
+            " · simulated" if row["simulated"] else "")
+        latency = charts.latency_chart(d.frames, float(row["budget_ms"]), views.target_ms(row),
+                                       x_domain=x, y_domain=(0, top), title=title)
+        columns.append(alt.vconcat(latency.properties(width=420, height=200),
+                                   charts.occupancy_chart(d.ticks, x_domain=x).properties(
+                                       width=420, height=140),
+                                   charts.silent_chart(d.frames, x).properties(
+                                       width=420, height=100)))
+    return alt.hconcat(*columns).resolve_scale(color="shared", strokeDash="shared")
+
+
+def render(cur, run_ids: list[str], fmt: str) -> bytes:
+    """The report as bytes in `fmt` (html or png)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"report format {fmt!r} is not one of {', '.join(FORMATS)}")
+    rows = _rows(cur, run_ids)
+    chart = report_chart(cur, rows)
+    if fmt == "png":
+        import vl_convert
+
+        return vl_convert.vegalite_to_png(chart.to_dict(), scale=2)
+    title = "Metronome report: " + " vs ".join(run_ids)
+    page = chart.to_html(inline=True)
+    head = (f"<h1>{html.escape(title)}</h1>"
+            + summary_table(rows).to_html(na_rep="—", border=0, classes="summary"))
+    return page.replace("<body>", f"<body>\n{head}", 1).encode()
+
+
+def write(cur, run_ids: list[str], out: str) -> Path:
+    """Write the report to `out`; its suffix (.html or .png) picks the format."""
+    path = Path(out)
+    if not path.parent.is_dir():
+        raise ValueError(f"folder {path.parent} does not exist")
+    fmt = path.suffix.lower().lstrip(".")
+    data = render(cur, run_ids, fmt)
+    path.write_bytes(data)
+    logger.info("report of %s written to %s (%d bytes)", ", ".join(run_ids), path, len(data))
+    return path

@@ -1,0 +1,225 @@
+"""What the Live view shows for one run, shared by the Live, Runs and Experiments pages.
+
+`live_data` holds every query a Live refresh makes (the benchmark times exactly this), and the
+draw functions only turn its frames into charts and metrics, so a refresh costs one scan of
+`frames` and `ticks` per chart family and never touches the run itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+
+from app import charts
+from store import queries
+
+logger = logging.getLogger(__name__)
+
+MAX_BUCKETS = 300  # points per chart: beyond this a browser redraw at 1 Hz gets slow
+FIT_LOOKBACK_S = 10.0  # how far back the fitted ρ(t) line is drawn (the fit's own span)
+
+
+def bucket_for(span_s: float) -> float:
+    """Time bucket for a run of `span_s` seconds: 1 s, coarser for long runs so every chart
+    keeps at most MAX_BUCKETS points per series."""
+    return float(max(1, math.ceil(span_s / MAX_BUCKETS)))
+
+
+@dataclass
+class LiveData:
+    row: dict
+    tick: dict | None
+    frames: pd.DataFrame  # queries.frame_buckets
+    ticks: pd.DataFrame  # queries.tick_buckets
+    wall: pd.DataFrame  # queries.session_wall
+    bucket_s: float
+
+    @property
+    def x_domain(self) -> tuple[float, float]:
+        return 0.0, float(self.row["duration_s"])
+
+
+@dataclass
+class _Settled:
+    """Frame buckets that can no longer change, kept between refreshes of one viewer."""
+    until: float  # buckets starting before this edge are final
+    frames: pd.DataFrame
+    wall: pd.DataFrame
+
+
+def live_data(cur, row: dict, cache: dict | None = None) -> LiveData:
+    """Everything one Live refresh shows. With `cache` (one per viewer, e.g. session state),
+    frame buckets that have settled are kept and only newer frames are scanned again, so a
+    refresh of a long run costs the last seconds, not the whole run; a run that has ended is
+    settled entirely and costs no frame scan at all."""
+    bucket = bucket_for(float(row["duration_s"]))
+    run_id = row["run_id"]
+    tick = queries.latest_tick(cur, run_id)
+    settled = (cache or {}).get((run_id, bucket)) or _Settled(0.0, pd.DataFrame(), pd.DataFrame())
+    frames = _append(settled.frames, queries.frame_buckets(cur, run_id, bucket, settled.until))
+    wall = _append(settled.wall, queries.session_wall(cur, run_id, bucket, settled.until))
+    if cache is not None:
+        until = _settled_edge(row, tick, bucket)
+        cache[(run_id, bucket)] = _Settled(until, frames[frames.t < until],
+                                           wall[wall.t < until] if not wall.empty else wall)
+    return LiveData(row, tick, frames, queries.tick_buckets(cur, run_id, bucket), wall, bucket)
+
+
+def _settled_edge(row: dict, tick: dict | None, bucket: float) -> float:
+    """The bucket edge before which no frame row can still arrive: a frame is written about a
+    frame period after its submission (at its session's next frame) plus a writer flush."""
+    if row["status"] != "running":
+        return math.inf
+    if tick is None:
+        return 0.0
+    lag_s = 1.0 + 2 * float(row["frame_ms"]) / 1e3
+    return max(0.0, math.floor((float(tick["t"]) - lag_s) / bucket) * bucket)
+
+
+def _append(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    if old.empty:
+        return new
+    if new.empty:
+        return old
+    return pd.concat([old, new], ignore_index=True)
+
+
+def engine_label(engine: str | None) -> str:
+    return "twin (simulated)" if engine == "twin" else "vLLM"
+
+
+def policy_text(row: dict) -> str:
+    if row["policy"] == "window":
+        return f"window W={row['window_tokens']} S={row['sink_tokens']}"
+    return str(row["policy"])
+
+
+def run_label(row: dict) -> str:
+    """One line naming a run in pickers: id, status, engine, policy, N."""
+    engine = "twin (simulated)" if row["simulated"] else row["engine"]
+    return f"{row['run_id']} · {row['status']} · {engine} · {policy_text(row)} · N={row['sessions']}"
+
+
+def target_ms(row: dict) -> float | None:
+    if row.get("admission") in ("aimd", "gradient") and row.get("target") is not None:
+        return float(row["target"]) * float(row["budget_ms"])
+    return None
+
+
+# --- drawing ----------------------------------------------------------------------------------
+def header(row: dict, live: bool) -> None:
+    simulated = " · simulated (twin)" if row["simulated"] else ""
+    st.subheader(f"Run {row['run_id']}{simulated}")
+    if not live:
+        reason = f" — {row['reason']}" if row["reason"] else ""
+        st.caption(f"{row['status']}{reason}")
+    st.caption(f"{row['model']} · {policy_text(row)} · N={row['sessions']} · load {row['load']} "
+               f"· admission {row['admission']} · pool {row['pool_blocks']} blocks · frame "
+               f"{row['frame_ms']:g} ms · budget {row['budget_ms']:g} ms")
+    if row["policy"] == "window":
+        st.caption("Kept KV is whole blocks (sinks + window from its first kept block), so it "
+                   "is not token-exact [0,S) ∪ (t−W, t].")
+
+
+def gauges(data: LiveData) -> None:
+    """Sessions, cap, admission counters, ρ and the t_sat countdown from the newest tick."""
+    tick = data.tick
+    cols = st.columns(7)
+    if tick is None:
+        cols[0].metric("live sessions", "—")
+        return
+    cols[0].metric("live sessions", int(tick["live"]))
+    cols[1].metric("cap (limit)", int(tick["limit_sessions"]))
+    cols[2].metric("admitted", int(tick["admitted"]))
+    cols[3].metric("rejected", int(tick["rejected"]))
+    cols[4].metric("evicted", int(tick["evicted"]))
+    cols[5].metric("pool ρ", f"{tick['occupancy']:.2f}")
+    cols[6].metric("t_sat (ρ → 1)", tsat_text(tick))
+
+
+def tsat_text(tick: dict) -> str:
+    """The countdown: seconds until the pool saturates at the current fill rate."""
+    if tick["occupancy"] >= 0.999:
+        return "saturated"
+    tsat = tick.get("tsat_s")
+    if tsat is None or pd.isna(tsat):
+        return "not rising"
+    return f"in {tsat:.1f} s"
+
+
+def truth_and_lie(data: LiveData) -> None:
+    """The naive gateway metrics next to the truthful ones, each labelled."""
+    df = data.frames
+    frames = int(df["frames"].sum()) if not df.empty else 0
+    naive_col, truth_col = st.columns(2)
+    with naive_col:
+        st.markdown("**Naive gateway metrics** — latency capped at the wait budget, an empty "
+                    "frame counts as on time")
+        naive_on_time = _weighted(df, "naive_miss_rate")
+        a, b = st.columns(2)
+        a.metric("on time (naive)", _pct(None if naive_on_time is None else 1 - naive_on_time))
+        b.metric("p95 now (naive)", _ms(_last(df, "naive_p95_ms")))
+    with truth_col:
+        st.markdown("**Truthful metrics** — true latency, a frame with no tokens is silent")
+        miss = _weighted(df, "miss_rate")
+        silent = df["silent_per_s"].sum() * data.bucket_s if frames else None
+        a, b, c = st.columns(3)
+        a.metric("on time (truth)", _pct(None if miss is None else 1 - miss))
+        b.metric("p95 now (truth)", _ms(_last(df, "p95_ms")))
+        c.metric("silent frames", _pct(None if silent is None else silent / frames))
+    naive, truth = charts.truth_and_lie(df, float(data.row["budget_ms"]), data.x_domain)
+    naive_col.altair_chart(naive, width="stretch")
+    truth_col.altair_chart(truth, width="stretch")
+
+
+def run_charts(data: LiveData) -> None:
+    row = data.row
+    x = data.x_domain
+    st.altair_chart(charts.latency_chart(data.frames, float(row["budget_ms"]), target_ms(row),
+                                         x_domain=x), width="stretch")
+    tick = data.tick
+    projection = None if tick is None else charts.rho_projection(
+        float(tick["t"]), float(tick["occupancy"]), tick.get("rho_slope_per_s"),
+        tick.get("tsat_s"), FIT_LOOKBACK_S)
+    left, right = st.columns(2)
+    left.altair_chart(charts.occupancy_chart(data.ticks, projection, x), width="stretch")
+    right.altair_chart(charts.silent_chart(data.frames, x), width="stretch")
+    left, right = st.columns(2)
+    left.altair_chart(charts.sessions_chart(data.ticks, x), width="stretch")
+    right.altair_chart(charts.session_wall_chart(data.wall, x), width="stretch")
+
+
+def summary_metrics(summary_json: str | None) -> None:
+    if not summary_json:
+        return
+    summary = json.loads(summary_json)
+    cols = st.columns(5)
+    cols[0].metric("frames", summary["frames"])
+    cols[1].metric("silent", _pct(summary["silent_rate"]))
+    cols[2].metric("on time", _pct(summary["on_time_rate"]))
+    cols[3].metric("max ρ", f"{summary['max_occupancy']:.2f}")
+    stall = summary["stall_at_s"]
+    cols[4].metric("stalled at", "never" if stall is None else f"{stall:.1f} s")
+
+
+def _weighted(df: pd.DataFrame, column: str) -> float | None:
+    if df.empty or df["frames"].sum() == 0:
+        return None
+    return float((df[column] * df["frames"]).sum() / df["frames"].sum())
+
+
+def _last(df: pd.DataFrame, column: str) -> float | None:
+    return None if df.empty else float(df[column].iloc[-1])
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None or pd.isna(x) else f"{x:.1%}"
+
+
+def _ms(x: float | None) -> str:
+    return "—" if x is None or pd.isna(x) else f"{x:.0f} ms"

@@ -1,0 +1,103 @@
+"""The console in a real browser (Debian Chromium through Playwright, no browser download):
+start a run, watch the latency and occupancy charts update, change W live, see the confirmation.
+
+The run is a paced twin (wall-clock time), so the test needs no vLLM; screenshots are saved
+under artifacts/ for a human to look at.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "artifacts" / "e2e"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                                 reason=f"Debian chromium is not installed at {CHROMIUM}")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def console(tmp_path):
+    port = _free_port()
+    env = {**os.environ, "METRONOME_DB": str(tmp_path / "e2e.duckdb")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "streamlit_app.py"),
+         "--server.port", str(port), "--server.address", "127.0.0.1",
+         "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert time.monotonic() < deadline, "streamlit did not start"
+        time.sleep(0.2)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)
+
+
+def _select(page, label: str, option: str) -> None:
+    page.locator('[data-testid="stSelectbox"]').filter(has_text=label).first.click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def _chart_hash(page, index: int) -> str:
+    return hashlib.sha1(page.locator('[data-testid="stVegaLiteChart"]').nth(index)
+                        .screenshot()).hexdigest()
+
+
+def test_start_watch_and_change_w_in_a_browser(console):
+    from playwright.sync_api import expect, sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1800})
+        page.goto(f"{console}/load")
+        _select(page, "Engine", "twin (simulated)")
+        page.get_by_text("Paced (twin in real time)").click()
+        _select(page, "KV policy", "window")
+        page.get_by_role("spinbutton", name="W: window tokens", exact=True).fill("128")
+        page.get_by_role("spinbutton", name="Sessions N", exact=True).fill("4")
+        page.get_by_role("spinbutton", name="Duration (s)", exact=True).fill("60")
+        page.get_by_role("button", name="Start").click()
+        expect(page.get_by_text("started: follow it on the Live page")).to_be_visible(
+            timeout=15_000)
+
+        page.goto(console)  # the Live page is the default page, at the root
+        charts = page.locator('[data-testid="stVegaLiteChart"]')
+        expect(charts.nth(1)).to_be_visible(timeout=15_000)
+        seen = []  # (latency, occupancy) chart images, a refresh (≥ 1 s) apart
+        for _ in range(3):
+            seen.append((_chart_hash(page, 0), _chart_hash(page, 1)))
+            time.sleep(1.1)  # one refresh period (1 s) and a little
+        page.screenshot(path=str(ARTIFACTS / "live.png"), full_page=True)
+        assert len({latency for latency, _ in seen}) == 3, "latency chart did not update twice"
+        assert len({occupancy for _, occupancy in seen}) == 3, "occupancy did not update twice"
+
+        page.goto(f"{console}/controls")
+        page.get_by_role("spinbutton", name="W: window tokens", exact=True).fill("256")
+        page.get_by_role("button", name="Apply KV policy").click()
+        expect(page.get_by_text("window W=128 S=0 → window W=256 S=0")).to_be_visible(
+            timeout=10_000)
+        page.screenshot(path=str(ARTIFACTS / "controls-w-changed.png"), full_page=True)
+        browser.close()
