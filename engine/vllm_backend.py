@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from engine.config import EngineConfig
 from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats
 from engine.models import model_info, resolve_model
+from engine.sinks import apply_env, sink_env
 
 logger = logging.getLogger(__name__)
 
@@ -120,10 +121,6 @@ class VLLMEngine(Engine):
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self._policy = config.policy
-        if config.policy.sink_tokens:
-            raise ValueError(
-                f"sinks {config.policy.sink_tokens}: the vLLM backend serves window without "
-                "sinks in this build; allowed: sinks 0")
         self.model_path = resolve_model(config.model, config.seed)
         info = model_info(self.model_path)
         self._vocab_size = int(info["vocab_size"])
@@ -172,16 +169,24 @@ class VLLMEngine(Engine):
             # fixed by num_gpu_blocks_override, so keep the reservation small.
             args.update(enforce_eager=True, gpu_memory_utilization=0.3)
         if cfg.policy.kind == "window":
-            # vLLM sizes a sliding-window request as window + one step's batch of tokens; keep
-            # that inside the pool so a small pool is accepted (the whole point of windowing).
+            # vLLM sizes a windowed request as window (+ sink blocks) + one step's batch of
+            # tokens; keep that inside the pool so a small pool is accepted (the whole point of
+            # windowing). Small steps also chunk prefills, which keeps the per-session bound hard.
             pool_tokens = cfg.pool_blocks * cfg.block_size
-            spare = pool_tokens - cfg.policy.window_tokens - cfg.block_size
+            sink_tokens = -(-cfg.policy.sink_tokens // cfg.block_size) * cfg.block_size
+            spare = pool_tokens - cfg.policy.window_tokens - sink_tokens - cfg.block_size
             # (x2: vLLM reserves for two in-flight batches; /3 leaves slack for the null block).
             step_tokens = spare // 3 // cfg.block_size * cfg.block_size
             args["max_num_batched_tokens"] = max(256, min(2048, step_tokens))
-            layers = int(model_info(self.model_path)["num_layers"])
-            args["hf_overrides"] = {"sliding_window": cfg.policy.window_tokens,
-                                    "layer_types": ["sliding_attention"] * layers}
+            if not cfg.policy.sink_tokens:
+                layers = int(model_info(self.model_path)["num_layers"])
+                args["hf_overrides"] = {"sliding_window": cfg.policy.window_tokens,
+                                        "layer_types": ["sliding_attention"] * layers}
+            elif not on_cpu:
+                # Sinks keep full-attention layers; engine.sinks frees and hides the gap blocks
+                # (enabled through the environment, see _start). FULL CUDA graphs would replay
+                # attention from buffers its compacted metadata bypasses.
+                args["compilation_config"] = {"cudagraph_mode": "PIECEWISE"}
         for key, value in cfg.vllm_args:
             args[key] = value
         return args
@@ -200,6 +205,11 @@ class VLLMEngine(Engine):
     async def _start(self) -> None:
         if not cuda_available():
             os.environ.setdefault("OMP_NUM_THREADS", "1")
+        # Read by engine.sinks' vLLM plugin in every vLLM process (spawned ones inherit it);
+        # cleared for other policies so a previous engine's setting never leaks into this one.
+        policy = self.config.policy
+        apply_env(sink_env(policy.window_tokens if policy.kind == "window" else None,
+                           policy.sink_tokens))
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 

@@ -1,0 +1,49 @@
+"""Attention sinks + window KV inside vLLM, through its extension points (no fork).
+
+Pieces, one job each:
+  compaction  pure arithmetic: which blocks a query reads, how a chunk splits into sub-rows
+  metadata    applies it to vLLM's CommonAttentionMetadata (shared by the CPU and CUDA builders)
+  spec        the KV cache spec (bounded per-request memory) and the manager that frees gap blocks
+  plugin      the `vllm.general_plugins` entry point that wires them into every vLLM process
+
+The engine turns the mode on per engine through two environment variables, set before vLLM
+starts (spawned engine-core and worker processes inherit them); see `sink_env`.
+"""
+
+from __future__ import annotations
+
+import os
+
+SINK_TOKENS_ENV = "METRONOME_SINK_TOKENS"
+WINDOW_TOKENS_ENV = "METRONOME_WINDOW_TOKENS"
+
+
+def sink_env(window_tokens: int | None, sink_tokens: int) -> dict[str, str | None]:
+    """The environment for one engine: the mode on for (W, S > 0), else cleared (None).
+
+    With S = 0 the engine uses vLLM's native sliding window (token-exact); the mode itself also
+    runs with S = 0 (block-granular window) when the variables are set directly, as tests do.
+    """
+    if window_tokens and sink_tokens > 0:
+        return {WINDOW_TOKENS_ENV: str(window_tokens), SINK_TOKENS_ENV: str(sink_tokens)}
+    return {WINDOW_TOKENS_ENV: None, SINK_TOKENS_ENV: None}
+
+
+def apply_env(env: dict[str, str | None]) -> None:
+    for key, value in env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def configured() -> tuple[int, int] | None:
+    """(W, S) when this process's engine runs in sinks mode (the window is set), else None."""
+    window = int(os.environ.get(WINDOW_TOKENS_ENV) or 0)
+    sinks = int(os.environ.get(SINK_TOKENS_ENV) or 0)
+    if window <= 0:
+        return None
+    if not 0 <= sinks < window:
+        raise ValueError(f"{SINK_TOKENS_ENV}={sinks} must be in [0, "
+                         f"{WINDOW_TOKENS_ENV}={window})")
+    return window, sinks

@@ -1,0 +1,185 @@
+"""Sinks + window without an engine: compaction arithmetic, the metadata rewrite, the KV manager.
+
+The compaction is checked the way a kernel would use it: each sub-row's compacted block table
+and seq_len are turned back into the absolute positions its queries read, which must be exactly
+the keys the design keeps (`kept_key_mask`).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from engine.sinks.compaction import (compact_block_table, gap_blocks, kept_key_mask,
+                                     split_rows)
+
+BS = 32
+
+
+def _table(num_reqs: int, width: int) -> torch.Tensor:
+    # Request r's logical block j lives in physical block 1000·r + j: decodable back to (r, j).
+    return (torch.arange(num_reqs)[:, None] * 1000 + torch.arange(width)[None, :]).to(torch.int32)
+
+
+def _positions_read(table, rows, r, i):
+    """Absolute key positions sub-row r's i-th query reads, as the stock kernel would."""
+    q = rows.query_lens[r]
+    visible = rows.seq_lens[r] - q + i + 1  # causal, aligned to the row's end
+    slots = np.arange(visible)
+    blocks = table[r, slots // BS].numpy()
+    assert (blocks // 1000 == rows.source[r]).all(), "read another request's block"
+    return set((blocks % 1000) * BS + slots % BS)
+
+
+CASES = [  # (W, S, [(seq_len, query_len), ...]): decode rows, chunks crossing the window edge
+    (128, 16, [(1, 1), (129, 1), (160, 1), (161, 1), (700, 1)]),
+    (128, 0, [(64, 64), (300, 64), (400, 400), (257, 1)]),
+    (96, 32, [(160, 96), (513, 200), (33, 33), (1000, 17)]),
+    (64, 63, [(640, 640)]),
+]
+
+
+@pytest.mark.parametrize("window,sinks,reqs", CASES)
+def test_sub_rows_read_exactly_the_kept_keys(window, sinks, reqs):
+    lens = np.array([n for n, _ in reqs])
+    q = np.array([m for _, m in reqs])
+    qsl = np.concatenate([[0], np.cumsum(q)])
+    sink_blocks = -(-sinks // BS)
+    width = -(-lens.max() // BS) + 2
+    rows = split_rows(qsl, lens, window, sink_blocks, BS)
+    table = compact_block_table(_table(len(reqs), width), rows, sink_blocks)
+    assert rows.query_start_loc[0] == 0 and rows.query_start_loc[-1] == qsl[-1]
+    assert (rows.query_lens > 0).all()
+    for r in range(rows.num_rows):
+        src = rows.source[r]
+        mask = kept_key_mask(int(lens[src]), window, sinks, BS)
+        first_pos = lens[src] - q[src] + (rows.query_start_loc[r] - qsl[src])
+        for i in range(rows.query_lens[r]):
+            p = first_pos + i
+            assert _positions_read(table, rows, r, i) == set(np.flatnonzero(mask[p])), (r, i, p)
+
+
+def test_a_chunk_splits_where_the_window_start_moves():
+    # W=128, no sinks: the first kept block moves at positions 159, 191, ... (W - 1 + k·32).
+    rows = split_rows(np.array([0, 64]), np.array([200]), 128, 0, BS)
+    assert rows.query_start_loc.tolist() == [0, 23, 55, 64]  # positions 136 | 159 | 191..199
+    assert rows.gap.tolist() == [0, 1, 2]
+    assert rows.seq_lens.tolist() == [159, 191 - 32, 200 - 64]
+
+
+def test_padding_rows_and_short_sequences_pass_through():
+    rows = split_rows(np.array([0, 1, 1]), np.array([50, 0]), 128, 1, BS)
+    assert rows.source.tolist() == [0, 1] and rows.gap.tolist() == [0, 0]
+    assert rows.seq_lens.tolist() == [50, 0]
+
+
+def test_the_runner_table_is_never_written():
+    table = _table(2, 12)
+    before = table.clone()
+    rows = split_rows(np.array([0, 1, 2]), np.array([300, 301]), 128, 1, BS)
+    compact_block_table(table, rows, 1)
+    assert torch.equal(table, before)
+
+
+def test_gap_grows_one_block_per_block_of_tokens():
+    p = np.arange(0, 2000)
+    g = gap_blocks(p, 128, 1, BS)
+    assert g[0] == 0 and set(np.diff(g)) <= {0, 1}
+    assert g[-1] == (1999 - 127) // BS - 1
+
+
+# --- with vLLM's classes (no engine) ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def vllm_parts():
+    pytest.importorskip("vllm")
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    from engine.sinks.spec import SinkWindowManager, from_full
+
+    def make(window, sinks, pool=256, in_flight=64):
+        full = FullAttentionSpec(block_size=BS, num_kv_heads=2, head_size=64,
+                                 dtype=torch.float32)
+        spec = from_full(full, window, sinks, in_flight)
+        block_pool = BlockPool(num_gpu_blocks=pool, enable_caching=False,
+                               hash_block_size=BS)
+        manager = SinkWindowManager(spec, block_pool=block_pool, enable_caching=False,
+                                    kv_cache_group_id=0, scheduler_block_size=BS)
+        return spec, block_pool, manager
+
+    return make
+
+
+@pytest.mark.parametrize("window,sinks", [(128, 16), (128, 0), (96, 32)])
+def test_manager_frees_the_gap_and_never_a_block_still_read(vllm_parts, window, sinks):
+    spec, pool, manager = vllm_parts(window, sinks)
+    free_at_start = pool.get_num_free_blocks()
+    bound = -(-sinks // BS) + -(-window // BS) + 1
+    mask = kept_key_mask(1200, window, sinks, BS)
+    # A 100-token prompt in one chunk, then decode: free on the processed basis, then allocate.
+    processed, step = 0, 100
+    while processed < 1200:
+        manager.remove_skipped_blocks("r", processed)
+        n = min(processed + step, 1200)
+        manager.allocate_new_blocks("r", n, n)
+        blocks = manager.req_to_blocks["r"]
+        live = {j for j, b in enumerate(blocks) if not b.is_null}
+        needed = {int(k) // BS for p in range(processed, n) for k in np.flatnonzero(mask[p])}
+        assert needed <= live, (processed, sorted(needed - live))
+        if processed >= 100:
+            assert len(live) <= bound, (processed, len(live))
+        assert free_at_start - pool.get_num_free_blocks() == len(live)
+        processed, step = n, 1
+    manager.free("r")
+    assert pool.get_num_free_blocks() == free_at_start
+
+
+def test_spec_bounds_memory_by_window_not_model_length(vllm_parts):
+    spec, _, manager = vllm_parts(128, 32, in_flight=256)
+    blocks = spec.max_admission_blocks_per_request(max_in_flight_tokens=256, max_model_len=8192)
+    assert blocks == 1 + -(-(127 + 256) // BS) + 1
+    assert manager.max_admission_blocks_per_request == blocks
+    merged = type(spec).merge([spec, spec])
+    assert merged == spec
+    with pytest.raises(AssertionError):
+        type(spec).merge([spec, vllm_parts(128, 0)[0]])
+
+
+def test_metadata_compaction_rewrites_rows_only(vllm_parts):
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    from engine.sinks.metadata import compact
+
+    qsl = torch.tensor([0, 1, 65], dtype=torch.int32)
+    lens = torch.tensor([500, 300], dtype=torch.int32)
+    table = _table(2, 20)
+    common = CommonAttentionMetadata(
+        query_start_loc=qsl, query_start_loc_cpu=qsl, seq_lens=lens, num_reqs=2,
+        num_actual_tokens=65, max_query_len=64, max_seq_len=500, block_table_tensor=table,
+        slot_mapping=torch.zeros(65, dtype=torch.int64))
+    out = compact(common, 128, 1, BS)
+    rows = split_rows(qsl.numpy(), lens.numpy(), 128, 1, BS)
+    assert out.num_reqs == rows.num_rows > 2
+    assert out.query_start_loc.tolist() == rows.query_start_loc.tolist()
+    assert out.seq_lens.tolist() == rows.seq_lens.tolist()
+    assert out.max_seq_len == int(rows.seq_lens.max()) and out.max_query_len < 64
+    assert out.slot_mapping is common.slot_mapping and out.num_actual_tokens == 65
+    assert out.seq_lens.dtype == torch.int32 and out.block_table_tensor.dtype == torch.int32
+    short = common.replace(seq_lens=torch.tensor([100, 80], dtype=torch.int32), max_seq_len=100)
+    assert compact(short, 128, 1, BS) is short  # no gap yet: untouched
+
+
+def test_sink_env_round_trip(monkeypatch):
+    from engine.sinks import apply_env, configured, sink_env
+
+    apply_env(sink_env(128, 32))
+    assert configured() == (128, 32)
+    apply_env(sink_env(128, 0))
+    assert configured() is None
+    monkeypatch.setenv("METRONOME_WINDOW_TOKENS", "64")
+    monkeypatch.setenv("METRONOME_SINK_TOKENS", "0")
+    assert configured() == (64, 0)  # the mode with a block-granular window and no sinks
+    for sinks in ("64", "100", "-1"):  # 0 ≤ S < W
+        monkeypatch.setenv("METRONOME_SINK_TOKENS", sinks)
+        with pytest.raises(ValueError):
+            configured()
