@@ -118,9 +118,9 @@ def sessions_chart(ticks: pd.DataFrame, x_domain=None) -> alt.Chart:
 def session_wall_chart(df: pd.DataFrame, x_domain=None) -> alt.Chart:
     """Sessions × time, coloured by tokens produced; cells where most frames were silent are
     dark, so a room sees conversations go quiet one by one (or all at once, at a stall)."""
-    data = _columns(df, ["session_id", "t", "tokens", "frames", "silent_share"])
+    data = _columns(df, ["session_id", "t", "t_end", "tokens", "frames", "silent_share"])
     return alt.Chart(data).mark_rect().encode(
-        _time(x_domain),
+        _time(x_domain), alt.X2("t_end:Q"),  # each cell spans its whole time bucket
         alt.Y("session_id:O", title="session", axis=alt.Axis(labels=len(data) < 2000)),
         color=alt.condition("datum.silent_share >= 0.5", alt.value(SILENT_COLOUR),
                             alt.Color("tokens:Q", title="tokens out",

@@ -35,10 +35,12 @@ def latency_percentiles(cur, run_id: str, bucket_s: float = 1.0) -> pd.DataFrame
 def _split_quantiles(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=["t", "p50_ms", "p95_ms", "p99_ms", "naive_p95_ms", "frames"])
-    q = df.pop("q")
-    df["p50_ms"] = [x[0] for x in q]
-    df["p95_ms"] = [x[1] for x in q]
-    df["p99_ms"] = [x[2] for x in q]
+    # A bucket whose frames carry no latency (older files recorded never-submitted frames with
+    # NULL) has no quantiles: NULL list, shown as a gap rather than failing the page.
+    q = [x if isinstance(x, (list, tuple)) or hasattr(x, "__len__") else None
+         for x in df.pop("q")]
+    for i, name in enumerate(("p50_ms", "p95_ms", "p99_ms")):
+        df[name] = [None if x is None else x[i] for x in q]
     return df
 
 
@@ -144,10 +146,11 @@ def session_wall(cur, run_id: str, bucket_s: float = 1.0, since: float = 0.0) ->
     (from the bucket edge `since` on)."""
     return cur.execute(
         """
-        SELECT session_id, floor(t_submit / ?) * ? AS t, sum(tokens_out) AS tokens,
-               count(*) AS frames, avg(CASE WHEN silent THEN 1.0 ELSE 0.0 END) AS silent_share
-        FROM frames WHERE run_id = ? AND t_submit >= ? GROUP BY 1, 2 ORDER BY 1, 2
-        """, [bucket_s, bucket_s, run_id, since]).df()
+        SELECT session_id, floor(t_submit / ?) * ? AS t, floor(t_submit / ?) * ? + ? AS t_end,
+               sum(tokens_out) AS tokens, count(*) AS frames,
+               avg(CASE WHEN silent THEN 1.0 ELSE 0.0 END) AS silent_share
+        FROM frames WHERE run_id = ? AND t_submit >= ? GROUP BY 1, 2, 3 ORDER BY 1, 2
+        """, [bucket_s, bucket_s, bucket_s, bucket_s, bucket_s, run_id, since]).df()
 
 
 def param_changes(cur, run_id: str) -> pd.DataFrame:

@@ -52,9 +52,10 @@ def test_rho_projection_runs_from_the_fit_window_to_saturation():
 
 
 def test_session_wall_paints_silent_cells_dark():
-    df = pd.DataFrame({"session_id": [0, 1], "t": [0.0, 0.0], "tokens": [40, 0],
-                       "frames": [10, 10], "silent_share": [0.0, 1.0]})
+    df = pd.DataFrame({"session_id": [0, 1], "t": [0.0, 0.0], "t_end": [1.0, 1.0],
+                       "tokens": [40, 0], "frames": [10, 10], "silent_share": [0.0, 1.0]})
     spec = charts.session_wall_chart(df).to_dict()
+    assert spec["encoding"]["x2"]["field"] == "t_end"  # a cell spans its whole bucket
     colour = spec["encoding"]["color"]
     assert colour["condition"]["value"] == charts.SILENT_COLOUR
     assert "silent_share >= 0.5" in colour["condition"]["test"]

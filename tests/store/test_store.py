@@ -75,3 +75,16 @@ def test_db_path_precedence(monkeypatch):
     assert db_path(None) == "/tmp/env.duckdb"
     monkeypatch.delenv("METRONOME_DB")
     assert db_path(None) == "metronome.duckdb"
+
+
+def test_buckets_without_latency_are_gaps_not_errors(store):
+    from store.queries import frame_buckets
+
+    rows = [_frame("r3", i, float(i)) for i in range(10)]
+    for row in rows[5:]:
+        row["latency_ms"] = None  # as older files recorded never-submitted frames
+        row["t_submit"] = 10.0 + row["frame_idx"]
+    store.writer.add_many("frames", rows)
+    store.writer.flush()
+    df = frame_buckets(store.cursor(), "r3", bucket_s=5.0)
+    assert df.p50_ms.notna().sum() == 1 and df.p95_ms.isna().sum() == len(df) - 1
