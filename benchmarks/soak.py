@@ -37,6 +37,11 @@ def rss_mb() -> float:
     return total / 2**20
 
 
+def db_mb(path: str) -> float:
+    """The database's size on disk, its write-ahead log included."""
+    return sum(os.path.getsize(p) for p in (path, path + ".wal") if os.path.exists(p)) / 2**20
+
+
 def soak(engine: str, seconds: float, sample_s: float = 5.0, db: str | None = None) -> dict:
     from runtime import RunConfig, Runner, make_engine
     from store import Store
@@ -55,7 +60,7 @@ def soak(engine: str, seconds: float, sample_s: float = 5.0, db: str | None = No
     try:
         while thread.is_alive():
             thread.join(timeout=sample_s)
-            samples.append((time.perf_counter() - t0, rss_mb(), os.path.getsize(db) / 2**20))
+            samples.append((time.perf_counter() - t0, rss_mb(), db_mb(db)))
     finally:
         eng.shutdown()
         store.close()
@@ -84,7 +89,8 @@ def main() -> None:
     title = f"Soak: {args.engine}, {args.minutes:g} minutes"
     write_section(title, f"""
 Command: `.venv/bin/python benchmarks/soak.py --engine {args.engine} --minutes {args.minutes:g}`
-Machine: {machine()}. One run: 8 sessions, 80 ms frames, window W=128, max_model_len 1024 (forced
+Machine: {machine()}, load average at the end {os.getloadavg()[0]:.1f} (other jobs share
+these 2 cores unless that is near 1). One run: 8 sessions, 80 ms frames, window W=128, max_model_len 1024 (forced
 rollovers), stall guard on{', twin paced in wall-clock time' if args.engine == 'twin' else ', tiny model'}.
 
 | status | frames | silent rate | stalled | rollovers | tick overruns | max overrun | RSS after warm-up → end | RSS growth (2nd half − 1st half) | DuckDB size |
