@@ -46,8 +46,12 @@ def load_folder(wav_dir: str, sample_rate_hz: int) -> tuple[Clip, ...]:
     paths = sorted(p for p in folder.iterdir() if p.suffix.lower() == ".wav" and p.is_file())
     if not paths:
         raise ValueError(f"WAV folder {wav_dir} has no .wav files")
+    root = folder.resolve()
     clips = []
     for p in paths:
+        if not p.resolve().is_relative_to(root):
+            # A link out of the folder would let a named folder read any file on the machine.
+            raise ValueError(f"WAV file {p.name} links outside {wav_dir}; copy it into the folder")
         st = p.stat()
         # Size and mtime in the key: a file rewritten in place is decoded again.
         clips.append(_load_clip(str(p.resolve()), st.st_mtime_ns, st.st_size, sample_rate_hz))

@@ -24,3 +24,17 @@ def test_hostile_run_ids_are_data_not_sql(store):
         assert latency_percentiles(cur, text).empty and events(cur, text).empty
     assert run_row(cur, s["run_id"])["status"] == "finished"  # the table is still there
     assert len(runs(cur)) == 1
+
+
+def test_wav_folder_does_not_follow_links_out_of_it(tmp_path):
+    import pytest
+
+    from load_gen.wav import load_folder
+
+    outside = tmp_path / "secret.wav"
+    outside.write_bytes(b"RIFF")
+    folder = tmp_path / "speech"
+    folder.mkdir()
+    (folder / "a.wav").symlink_to(outside)
+    with pytest.raises(ValueError, match="links outside"):
+        load_folder(str(folder), 16_000)
