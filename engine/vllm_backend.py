@@ -205,6 +205,10 @@ class VLLMEngine(Engine):
     async def _start(self) -> None:
         if not cuda_available():
             os.environ.setdefault("OMP_NUM_THREADS", "1")
+        # vLLM's processes start clean rather than as forks of this one: a fork inherits every
+        # module this process imported (the console's, the microphone's cffi bindings), and the
+        # worker's kernel rebinding walks them all at start-up.
+        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         # Read by engine.sinks' vLLM plugin in every vLLM process (spawned ones inherit it);
         # cleared for other policies so a previous engine's setting never leaks into this one.
         policy = self.config.policy

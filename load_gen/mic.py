@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import json
 import logging
+import subprocess
+import sys
 import weakref
 from collections import deque
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -82,10 +86,29 @@ def probe_input(device: str | None, sample_rate_hz: int, sd=None) -> int:
 
 @lru_cache(maxsize=8)
 def system_input(device: str | None, sample_rate_hz: int) -> int:
-    """probe_input with the real sounddevice, once per setting: settings are validated on every
-    RunConfig, and PortAudio's device list does not change while the process runs. Failures are
-    not cached (an exception is never stored)."""
-    return probe_input(device, sample_rate_hz)
+    """probe_input with the real sounddevice, once per setting, in a child process: settings
+    are validated on every RunConfig, and importing sounddevice here would leave its cffi module
+    in sys.modules, where vLLM's kernel rebinding (it walks every module's attributes at worker
+    start) trips over PortAudio's macOS-only symbols and fails the engine. Failures are not
+    cached (an exception is never stored)."""
+    code = ("import json, sys\n"
+            "from load_gen.mic import MicrophoneUnavailable, probe_input\n"
+            "try:\n"
+            "    print(json.dumps({'index': probe_input(sys.argv[1] or None, int(sys.argv[2]))}))\n"
+            "except MicrophoneUnavailable as exc:\n"
+            "    print(json.dumps({'error': str(exc)}))\n")
+    root = str(Path(__file__).resolve().parent.parent)
+    result = subprocess.run([sys.executable, "-c", code, device or "", str(sample_rate_hz)],
+                            capture_output=True, text=True, timeout=60, cwd=root)
+    try:
+        answer = json.loads(result.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise MicrophoneUnavailable(
+            f"microphone unavailable: the device probe failed ({_one_line(Exception(result.stderr))})"
+        ) from None
+    if "error" in answer:
+        raise MicrophoneUnavailable(answer["error"])
+    return int(answer["index"])
 
 
 def _describe(index: int, info) -> str:
