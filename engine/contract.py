@@ -135,9 +135,10 @@ class Engine(ABC):
     @abstractmethod
     def pool(self) -> PoolStats: ...
 
-    # Backends set these two in their constructors.
+    # Backends set these in their constructors.
     _policy: KVPolicy
     _vocab_size: int
+    _sessions: dict
 
     @property
     def policy(self) -> KVPolicy:
@@ -146,6 +147,18 @@ class Engine(ABC):
     @property
     def vocab_size(self) -> int:
         return self._vocab_size
+
+    def _checked_session(self, session_id: int, token_ids: list[int], max_new: int):
+        """The open session a frame goes to; misuse (closed session, bad ids) is a ValueError."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise ValueError(f"session {session_id} is not open")
+        if max_new < 1:
+            raise ValueError(f"tokens out {max_new} must be ≥ 1")
+        if not token_ids or not all(isinstance(t, int) and 0 <= t < self._vocab_size
+                                    for t in token_ids):
+            raise ValueError(f"a frame needs ≥ 1 token id in [0, {self._vocab_size})")
+        return session
 
     def set_policy(self, policy: KVPolicy) -> bool:
         """Change the KV policy live. Returns False when this backend needs a restart for it."""

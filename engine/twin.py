@@ -113,11 +113,7 @@ class TwinEngine(Engine):
         self._sessions[session_id] = _TwinSession(session_id)
 
     def submit(self, session_id: int, token_ids: list[int], max_new: int) -> FrameHandle:
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise ValueError(f"session {session_id} is not open")
-        if max_new < 1:
-            raise ValueError(f"tokens out {max_new} must be ≥ 1")
+        session = self._checked_session(session_id, token_ids, max_new)
         handle = FrameHandle(session_id, self._t, max_new)
         session.chunks.append(_Chunk(handle, len(token_ids), max_new))
         return handle

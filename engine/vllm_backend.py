@@ -250,14 +250,7 @@ class VLLMEngine(Engine):
         session.task = asyncio.create_task(self._consume(session))
 
     def submit(self, session_id: int, token_ids: list[int], max_new: int) -> FrameHandle:
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise ValueError(f"session {session_id} is not open")
-        if max_new < 1:
-            raise ValueError(f"tokens out {max_new} must be ≥ 1")
-        if not token_ids or not all(isinstance(t, int) and 0 <= t < self._vocab_size
-                                    for t in token_ids):
-            raise ValueError(f"a frame needs ≥ 1 token id in [0, {self._vocab_size})")
+        session = self._checked_session(session_id, token_ids, max_new)
         handle = FrameHandle(session_id, time.perf_counter(), max_new)
         if self._error is not None:
             handle.finish(time.perf_counter(), self._error)
