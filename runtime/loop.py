@@ -63,8 +63,6 @@ class _Totals:
     silent: int = 0
     on_time: int = 0
     naive_on_time: int = 0
-    admitted: int = 0
-    rejected: int = 0
     evicted: int = 0
     rollovers: int = 0
     overruns: int = 0
@@ -103,6 +101,9 @@ class Runner:
                                      min_samples=5)
         guard = MemoryGuard(MemoryGuardConfig()) if config.memory_guard == "on" else None
         self.gate = Gate(self.limit, guard)
+        # Built once: validating a load reads its folder or probes its device.
+        self._load = config.load_config()
+        self._arrivals = arrival_times(self._load)
         self._occupancy = OccupancyTracker(window_s=max(2.0, 10 * self._frame_s))
         self._changes: list[tuple[str, object]] = []  # live changes, applied at the next tick
         self._changes_lock = threading.Lock()
@@ -232,7 +233,7 @@ class Runner:
         self._t0 = self.engine.now()
         status, reason = "finished", None
         try:
-            for i, t in enumerate(arrival_times(cfg.load_config())):
+            for i, t in enumerate(self._arrivals):
                 self._push(t, "arrive", i)
             n_ticks = int(math.ceil(cfg.duration_s / self._frame_s - 1e-9))
             for k in range(n_ticks):
@@ -269,6 +270,9 @@ class Runner:
         self.progress = 1.0
         return self.summary
 
+    def _rejected(self) -> int:
+        return sum(self.gate.rejected.values())
+
     def _push(self, t_rel: float, kind: str, payload) -> None:
         # At equal times a tick comes first: it samples the state the previous frames left.
         heapq.heappush(self._heap, (round(t_rel, 9), _ORDER[kind], next(self._seq), kind,
@@ -284,18 +288,16 @@ class Runner:
         cfg = self.config
         reason = self.gate.acquire(self._memory_signals(t_rel))
         if reason is not None:
-            self._totals.rejected += 1
             self._event(t_rel, "reject", session_id=session_id, reason=reason,
                         limit=self.limit.limit, occupancy=round(self._occupancy.rho_now, 4))
             return
-        self._totals.admitted += 1
         if cfg.stagger:
             start = t_rel + (session_id % 8) / 8 * self._frame_s if cfg.load == "fixed" else t_rel
         else:
             start = math.ceil(t_rel / self._frame_s - 1e-9) * self._frame_s  # next tick
         end = start + cfg.session_s if cfg.session_s else math.inf
         window = cfg.window or cfg.tokens_in
-        source = make_frame_source(cfg.load_config(), session_id, self.engine.vocab_size,
+        source = make_frame_source(self._load, session_id, self.engine.vocab_size,
                                    cfg.tokens_in)
         session = _Session(session_id, start, end, source, deque(maxlen=window))
         self.engine.open(session_id)
@@ -506,7 +508,7 @@ class Runner:
             "limit_sessions": self.limit.limit, "occupancy": pool.occupancy,
             "used_blocks": pool.used_blocks, "total_blocks": pool.total_blocks,
             "running": pool.running, "waiting": pool.waiting, "paused": pool.paused,
-            "admitted": tot.admitted, "rejected": tot.rejected, "evicted": tot.evicted,
+            "admitted": self.gate.admitted, "rejected": self._rejected(), "evicted": tot.evicted,
             "overrun_ms": overrun_ms, "tokens_out": tokens_tick, "frames_waiting": waiting,
             "stalled": stalled, "p95_ms": self.control.last_p95_ms, "silent_rate": silent_rate,
             "tsat_s": self._occupancy.t_sat_from_now(),
@@ -588,8 +590,8 @@ class Runner:
             "block_size": cfg.block_size, "pool_blocks": cfg.pool_blocks,
             "frame_ms": cfg.frame_ms, "budget_ms": cfg.budget, "wait_budget": cfg.wait_budget,
             "tokens_in": cfg.tokens_in, "tokens_out": cfg.tokens_out,
-            "sessions_offered": len(arrival_times(cfg.load_config())),
-            "admitted": tot.admitted, "rejected": tot.rejected, "evicted": tot.evicted,
+            "sessions_offered": len(self._arrivals),
+            "admitted": self.gate.admitted, "rejected": self._rejected(), "evicted": tot.evicted,
             "rollovers": tot.rollovers,
             "frames": frames, "silent_frames": tot.silent,
             "silent_rate": round(tot.silent / frames, 4) if frames else None,
