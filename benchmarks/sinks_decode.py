@@ -31,8 +31,9 @@ def engine_kwargs(model: str, sinks: bool) -> dict:
     from engine.models import model_info
     from engine.sinks import apply_env, sink_env
 
-    # The same switch the vLLM backend uses: the plugin for sinks, hf_overrides for the window.
-    apply_env(sink_env(WINDOW, SINKS if sinks else 0))
+    # The plugin for sinks (as the vLLM backend runs a window); vLLM's own sliding window
+    # (hf_overrides, plugin off) as the baseline.
+    apply_env(sink_env(WINDOW if sinks else None, SINKS))
     kwargs = dict(model=model, block_size=BLOCK, enforce_eager=True, enable_prefix_caching=False,
                   max_num_seqs=256, max_num_batched_tokens=2048, num_gpu_blocks_override=2048,
                   max_model_len=2048, gpu_memory_utilization=0.3, seed=0)

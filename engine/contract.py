@@ -160,6 +160,13 @@ class Engine(ABC):
             raise ValueError(f"a frame needs ≥ 1 token id in [0, {self._vocab_size})")
         return session
 
+    def policy_change_refusal(self, policy: KVPolicy) -> str | None:
+        """Why `policy` cannot be applied while sessions run (one line), or None if it can."""
+        if self.live_policy:
+            return None
+        return (f"the {self.name} engine cannot change W or S while running; "
+                "start a new run with the new values")
+
     def set_policy(self, policy: KVPolicy) -> bool:
         """Change the KV policy live. Returns False when this backend needs a restart for it."""
         return False

@@ -178,13 +178,9 @@ class VLLMEngine(Engine):
             # (x2: vLLM reserves for two in-flight batches; /3 leaves slack for the null block).
             step_tokens = spare // 3 // cfg.block_size * cfg.block_size
             args["max_num_batched_tokens"] = max(256, min(2048, step_tokens))
-            if not cfg.policy.sink_tokens:
-                layers = int(model_info(self.model_path)["num_layers"])
-                args["hf_overrides"] = {"sliding_window": cfg.policy.window_tokens,
-                                        "layer_types": ["sliding_attention"] * layers}
-            elif not on_cpu:
-                # Sinks keep full-attention layers; engine.sinks frees and hides the gap blocks
-                # (enabled through the environment, see _start). FULL CUDA graphs would replay
+            if not on_cpu:
+                # Full-attention layers; engine.sinks frees and hides the gap blocks (enabled
+                # through the environment, see _start). FULL CUDA graphs would replay
                 # attention from buffers its compacted metadata bypasses.
                 args["compilation_config"] = {"cudagraph_mode": "PIECEWISE"}
         for key, value in cfg.vllm_args:
@@ -226,6 +222,36 @@ class VLLMEngine(Engine):
         self._llm = AsyncLLM.from_engine_args(
             engine_args, stat_loggers=[_make_stat_logger_factory(self._probe)])
         logger.info("vLLM ready: %s", {k: v for k, v in args.items() if k != "hf_overrides"})
+
+    # --- live KV policy -----------------------------------------------------------------------
+    @property
+    def live_policy(self) -> bool:
+        # A windowed engine runs engine.sinks, whose W and S move live; unbounded vs windowed
+        # is the KV cache layout vLLM allocated at start-up.
+        return self.config.policy.kind == "window"
+
+    def policy_change_refusal(self, policy: KVPolicy) -> str | None:
+        if policy.kind != self.config.policy.kind:
+            return (f"the vLLM engine started {self.config.policy.kind}; switching to "
+                    f"{policy.kind} needs a new run (W and S of a windowed run move live)")
+        return None
+
+    def set_policy(self, policy: KVPolicy) -> bool:
+        """Move W and S between two engine steps: the KV manager frees what the new values
+        drop at once; running requests keep what they hold and their window refills."""
+        refusal = self.policy_change_refusal(policy)
+        if refusal:
+            raise ValueError(refusal)
+        policy.check_block_size(self.config.block_size)
+        if policy.kind == "unbounded":
+            return True
+        call = self._llm.engine_core.call_utility_async(
+            "metronome_set_sinks", policy.window_tokens, policy.sink_tokens)
+        result = asyncio.run_coroutine_threadsafe(call, self._loop).result(timeout=30)
+        self._policy = policy
+        logger.info("KV policy now W=%d S=%d: %s", policy.window_tokens, policy.sink_tokens,
+                    result)
+        return True
 
     # --- contract -----------------------------------------------------------------------------
     def now(self) -> float:

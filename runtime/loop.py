@@ -147,10 +147,9 @@ class Runner:
                               change.get("window", old.window_tokens),
                               change.get("sinks", old.sink_tokens))
             policy.check_block_size(self.config.block_size)
-            if not getattr(self.engine, "live_policy", False):
-                raise ValueError(
-                    f"the {self.engine.name} engine cannot change W or S while running; "
-                    "start a new run with the new values")
+            refusal = self.engine.policy_change_refusal(policy)
+            if refusal:
+                raise ValueError(refusal)
             self._queue_change("policy", policy)
             done.append(f"KV policy {self._policy_text(old)} → {self._policy_text(policy)}")
         if "target" in change:
@@ -186,7 +185,17 @@ class Runner:
         for key, value in changes:
             if key == "policy":
                 old = self.engine.policy
-                self.engine.set_policy(value)
+                try:
+                    applied = self.engine.set_policy(value)
+                    reason = "the engine refused it"
+                except (ValueError, RuntimeError, TimeoutError) as exc:
+                    applied, reason = False, f"{type(exc).__name__}: {exc}"
+                if not applied:  # the run goes on with the old policy; the operator sees why
+                    logger.warning("KV policy change to %s failed: %s",
+                                   self._policy_text(value), reason)
+                    self._event(t_rel, "param_rejected", setting=key,
+                                new=self._policy_text(value), reason=reason)
+                    continue
                 detail = {"old": self._policy_text(old), "new": self._policy_text(value)}
             elif key == "target":
                 # Kept even under a fixed limit: a later AIMD/gradient limit starts from it.

@@ -4,10 +4,12 @@ Pieces, one job each:
   compaction  pure arithmetic: which blocks a query reads, how a chunk splits into sub-rows
   metadata    applies it to vLLM's CommonAttentionMetadata (shared by the CPU and CUDA builders)
   spec        the KV cache spec (bounded per-request memory) and the manager that frees gap blocks
+  live        W and S changed while requests run, in step in the engine core and the workers
   plugin      the `vllm.general_plugins` entry point that wires them into every vLLM process
 
 The engine turns the mode on per engine through two environment variables, set before vLLM
-starts (spawned engine-core and worker processes inherit them); see `sink_env`.
+starts (spawned engine-core and worker processes inherit them); see `sink_env`. W and S then
+move live (`live`): a utility call into the engine core, which forwards to the workers.
 """
 
 from __future__ import annotations
@@ -19,12 +21,9 @@ WINDOW_TOKENS_ENV = "METRONOME_WINDOW_TOKENS"
 
 
 def sink_env(window_tokens: int | None, sink_tokens: int) -> dict[str, str | None]:
-    """The environment for one engine: the mode on for (W, S > 0), else cleared (None).
-
-    With S = 0 the engine uses vLLM's native sliding window (token-exact); the mode itself also
-    runs with S = 0 (block-granular window) when the variables are set directly, as tests do.
-    """
-    if window_tokens and sink_tokens > 0:
+    """The environment for one engine: the mode on for a window (any S ≥ 0, so W and S can
+    move live), else cleared (None). The window is block-granular like the sinks."""
+    if window_tokens:
         return {WINDOW_TOKENS_ENV: str(window_tokens), SINK_TOKENS_ENV: str(sink_tokens)}
     return {WINDOW_TOKENS_ENV: None, SINK_TOKENS_ENV: None}
 

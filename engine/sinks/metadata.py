@@ -31,10 +31,11 @@ def _host_seq_lens(common) -> np.ndarray:
     return common.seq_lens[:num_reqs].cpu().numpy()
 
 
-def compact(common, window: int, sink_blocks: int, block_size: int):
+def compact(common, window: int, sink_blocks, block_size: int, frontier=0):
     """Return `common` re-cut into sub-rows that read [sink blocks + window blocks] only.
 
-    Returns the same object when no query of the batch has a gap yet (nothing to do).
+    `sink_blocks` and `frontier` are scalars or one entry per request row (see
+    `engine.sinks.live`). Returns the same object when no query of the batch has a gap yet.
     """
     for name in _UNSUPPORTED:
         if getattr(common, name, None) is not None:
@@ -44,7 +45,7 @@ def compact(common, window: int, sink_blocks: int, block_size: int):
     num_reqs = common.num_reqs
     qsl_cpu = common.query_start_loc_cpu[: num_reqs + 1]
     seq_lens = _host_seq_lens(common)
-    rows = split_rows(qsl_cpu.numpy(), seq_lens, window, sink_blocks, block_size)
+    rows = split_rows(qsl_cpu.numpy(), seq_lens, window, sink_blocks, block_size, frontier)
     if rows.num_rows == num_reqs and not rows.gap.any():
         return common
 
@@ -59,8 +60,7 @@ def compact(common, window: int, sink_blocks: int, block_size: int):
         seq_lens=lens.to(device, non_blocking=True),
         max_query_len=int(rows.query_lens.max(initial=0)),
         max_seq_len=int(rows.seq_lens.max(initial=0)),
-        block_table_tensor=compact_block_table(common.block_table_tensor[:num_reqs], rows,
-                                               sink_blocks),
+        block_table_tensor=compact_block_table(common.block_table_tensor[:num_reqs], rows),
         # Caches derived from the old rows must be rebuilt from the new ones.
         _num_computed_tokens_cache=None,
         _token_to_req_indices_cache=None,

@@ -9,7 +9,9 @@ idempotent and installs three hooks that act only when the engine asked for sink
    while METRONOME_WINDOW_TOKENS / METRONOME_SINK_TOKENS are set (read at call time, so forked
    children and several engines in one process each see their own engine's setting);
 3. the CPU (and, on CUDA, FlashAttention) metadata builder compacts block tables for groups
-   whose spec is a SinkWindowSpec, and is a pass-through for every other group.
+   whose spec is a SinkWindowSpec, and is a pass-through for every other group;
+4. live W/S (`engine.sinks.live`): `EngineCore.metronome_set_sinks`, a utility method the
+   front end calls; the first change also makes the runner name each batch row's request.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def register() -> None:
     _patch_attention_spec()
     _patch_cpu_builder()
     _patch_flash_builder()
+    _patch_live_setting()
 
 
 def _already(obj, name: str) -> bool:
@@ -72,6 +75,7 @@ def _patch_attention_spec() -> None:
 
 def _compacting(original):
     """Wrap a builder's `build` so sinks groups see compacted metadata; others pass through."""
+    from engine.sinks import live
     from engine.sinks.metadata import compact
     from engine.sinks.spec import SinkWindowSpec
 
@@ -79,8 +83,16 @@ def _compacting(original):
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
         spec = self.kv_cache_spec
         if isinstance(spec, SinkWindowSpec):
-            common_attn_metadata = compact(common_attn_metadata, spec.window_tokens,
-                                           spec.sink_blocks, spec.block_size)
+            # A live change overrides the spec's start-up values (see engine.sinks.live).
+            setting = getattr(self, live.BUILDER_ATTR, None)
+            if setting is None:
+                window, sinks, frontier = spec.window_tokens, spec.sink_blocks, 0
+            else:
+                window = setting.window_tokens
+                sinks, frontier = live.row_carry(setting, common_attn_metadata.num_reqs,
+                                                 -(-setting.sink_tokens // spec.block_size))
+            common_attn_metadata = compact(common_attn_metadata, window, sinks,
+                                           spec.block_size, frontier)
             # A shared prefix across requests (cascade attention) is computed on the
             # uncompacted tables; prefix caching is off for sessions, so it is 0 anyway.
             common_prefix_len = 0
@@ -88,6 +100,41 @@ def _compacting(original):
 
     setattr(build, _MARK, True)
     return build
+
+
+def _patch_live_setting() -> None:
+    """Live W/S: the engine core's utility method (the workers' side is installed by the first
+    change itself, see `live.apply_in_worker`)."""
+    from vllm.v1.engine.core import EngineCore
+
+    from engine.sinks import live
+
+    if not hasattr(EngineCore, "metronome_set_sinks"):
+        def metronome_set_sinks(self, window_tokens: int, sink_tokens: int) -> dict:
+            return live.set_sinks_in_engine_core(self, window_tokens, sink_tokens)
+
+        EngineCore.metronome_set_sinks = metronome_set_sinks
+
+
+def name_batch_rows(runner_cls) -> None:
+    """Make a model runner class tell builders which request each batch row is (builders only
+    see rows). Idempotent."""
+    from engine.sinks import live
+
+    if _already(runner_cls, "_build_attention_metadata"):
+        return
+    original = runner_cls._build_attention_metadata
+
+    @functools.wraps(original)
+    def build_attention_metadata(self, *args, **kwargs):
+        live.set_row_req_ids(self.input_batch.req_ids)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            live.set_row_req_ids(None)
+
+    setattr(build_attention_metadata, _MARK, True)
+    runner_cls._build_attention_metadata = build_attention_metadata
 
 
 def _patch_cpu_builder() -> None:

@@ -5,6 +5,8 @@ and seq_len are turned back into the absolute positions its queries read, which 
 the keys the design keeps (`kept_key_mask`).
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -46,7 +48,7 @@ def test_sub_rows_read_exactly_the_kept_keys(window, sinks, reqs):
     sink_blocks = -(-sinks // BS)
     width = -(-lens.max() // BS) + 2
     rows = split_rows(qsl, lens, window, sink_blocks, BS)
-    table = compact_block_table(_table(len(reqs), width), rows, sink_blocks)
+    table = compact_block_table(_table(len(reqs), width), rows)
     assert rows.query_start_loc[0] == 0 and rows.query_start_loc[-1] == qsl[-1]
     assert (rows.query_lens > 0).all()
     for r in range(rows.num_rows):
@@ -56,6 +58,40 @@ def test_sub_rows_read_exactly_the_kept_keys(window, sinks, reqs):
         for i in range(rows.query_lens[r]):
             p = first_pos + i
             assert _positions_read(table, rows, r, i) == set(np.flatnonzero(mask[p])), (r, i, p)
+
+
+CARRIED = [  # (W, [(seq_len, query_len, sink_blocks, frontier), ...]) after a live change
+    # W grew 64 → 256 at position ~300: the window starts at the old frontier and refills.
+    (256, [(301, 1, 1, 7), (330, 29, 1, 7), (600, 300, 1, 7), (20, 20, 1, 0)]),
+    # S shrank 2 → 0 blocks, W shrank: sinks go at once, the frontier is below the new window.
+    (64, [(500, 1, 0, 3), (500, 100, 0, 3), (200, 64, 2, 0)]),
+    # S grew after the gap opened: the request keeps the one sink block it still has.
+    (128, [(700, 90, 1, 10), (129, 129, 3, 0)]),
+]
+
+
+@pytest.mark.parametrize("window,reqs", CARRIED)
+def test_carried_rows_read_exactly_what_the_request_still_holds(window, reqs):
+    lens = np.array([r[0] for r in reqs])
+    q = np.array([r[1] for r in reqs])
+    sinks = np.array([r[2] for r in reqs])
+    front = np.array([r[3] for r in reqs])
+    qsl = np.concatenate([[0], np.cumsum(q)])
+    width = -(-lens.max() // BS) + 2
+    rows = split_rows(qsl, lens, window, sinks, BS, front)
+    table = compact_block_table(_table(len(reqs), width), rows)
+    assert rows.query_start_loc[-1] == qsl[-1] and (rows.query_lens > 0).all()
+    for r in range(rows.num_rows):
+        src = rows.source[r]
+        mask = kept_key_mask(int(lens[src]), window, 0, BS, sink_blocks=int(sinks[src]),
+                             frontier=int(front[src]))
+        first_pos = lens[src] - q[src] + (rows.query_start_loc[r] - qsl[src])
+        for i in range(rows.query_lens[r]):
+            p = first_pos + i
+            read = _positions_read(table, rows, r, i)
+            assert read == set(np.flatnonzero(mask[p])), (r, i, p)
+            # nothing below the frontier other than the sinks is ever read
+            assert all(k < sinks[src] * BS or k >= front[src] * BS for k in read)
 
 
 def test_a_chunk_splits_where_the_window_start_moves():
@@ -76,7 +112,7 @@ def test_the_runner_table_is_never_written():
     table = _table(2, 12)
     before = table.clone()
     rows = split_rows(np.array([0, 1, 2]), np.array([300, 301]), 128, 1, BS)
-    compact_block_table(table, rows, 1)
+    compact_block_table(table, rows)
     assert torch.equal(table, before)
 
 
@@ -134,6 +170,59 @@ def test_manager_frees_the_gap_and_never_a_block_still_read(vllm_parts, window, 
     assert pool.get_num_free_blocks() == free_at_start
 
 
+def _live_blocks(manager, request_id):
+    return {j for j, b in enumerate(manager.req_to_blocks[request_id]) if not b.is_null}
+
+
+def _decode(manager, request_id, start, end, window, carried):
+    """Decode one token at a time from `start` to `end`, checking that every key the worker
+    will read (same rule: carried sinks and frontier) is resident."""
+    sinks, frontier = carried
+    mask = kept_key_mask(end, window, 0, BS, sink_blocks=sinks, frontier=frontier)
+    for processed in range(start, end):
+        manager.remove_skipped_blocks(request_id, processed)
+        manager.allocate_new_blocks(request_id, processed + 1, processed + 1)
+        needed = {int(k) // BS for k in np.flatnonzero(mask[processed])}
+        assert needed <= _live_blocks(manager, request_id), processed
+
+
+def test_manager_changes_window_and_sinks_live(vllm_parts):
+    spec, pool, manager = vllm_parts(128, 32, pool=512)
+    free_at_start = pool.get_num_free_blocks()
+    _decode(manager, "a", 0, 600, 128, (1, 0))
+    before = len(_live_blocks(manager, "a"))
+    assert before <= 1 + 4 + 1
+
+    # Shrink W and drop the sinks: blocks go at once, before the request's next step.
+    carried = manager.set_policy(64, 0)
+    after = _live_blocks(manager, "a")
+    assert 0 not in after and len(after) <= 64 // BS + 1 < before
+    sinks, frontier = carried["a"]
+    assert sinks == 0 and 0 < frontier <= min(after)
+    _decode(manager, "a", 600, 700, 64, carried["a"])
+
+    # Grow W and bring sinks back: "a" cannot get freed blocks back; its window refills as
+    # tokens arrive, up to the new bound. A request opened now gets the new setting whole.
+    carried = manager.set_policy(256, 32)
+    assert carried["a"][0] == 0 and carried["a"][1] > 600 // BS
+    grown = []
+    for stop in range(720, 1100, 20):
+        _decode(manager, "a", stop - 20 if stop > 720 else 700, stop, 256, carried["a"])
+        grown.append(len(_live_blocks(manager, "a")))
+    full = grown.index(max(grown))
+    assert grown[0] <= 64 // BS + 2 and max(grown) == 256 // BS + 1
+    assert grown[:full] == sorted(grown[:full]) and full >= 5  # filled gradually, not at once
+    _decode(manager, "b", 0, 400, 256, (1, 0))
+    assert 0 in _live_blocks(manager, "b")
+    resident = len(_live_blocks(manager, "a")) + len(_live_blocks(manager, "b"))
+    assert free_at_start - pool.get_num_free_blocks() == resident
+    assert manager.max_admission_blocks_per_request == dataclasses.replace(
+        spec, window_tokens=256).max_admission_blocks_per_request(spec.in_flight_tokens, 2**62)
+    manager.free("a")
+    manager.free("b")
+    assert pool.get_num_free_blocks() == free_at_start and not manager._carried
+
+
 def test_spec_bounds_memory_by_window_not_model_length(vllm_parts):
     spec, _, manager = vllm_parts(128, 32, in_flight=256)
     blocks = spec.max_admission_blocks_per_request(max_in_flight_tokens=256, max_model_len=8192)
@@ -175,6 +264,8 @@ def test_sink_env_round_trip(monkeypatch):
     apply_env(sink_env(128, 32))
     assert configured() == (128, 32)
     apply_env(sink_env(128, 0))
+    assert configured() == (128, 0)  # a window without sinks still runs the mode (live W/S)
+    apply_env(sink_env(None, 0))
     assert configured() is None
     monkeypatch.setenv("METRONOME_WINDOW_TOKENS", "64")
     monkeypatch.setenv("METRONOME_SINK_TOKENS", "0")

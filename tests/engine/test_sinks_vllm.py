@@ -3,7 +3,9 @@
 1. Prompt logprobs equal an independent PyTorch reference (transformers' Llama, same weights,
    fp32, absolute positions) whose mask holds exactly the keys the design keeps, with the prompt
    prefilled in chunks that cross the window's block edges.
-2. Through the runtime, the load that stalls unbounded KV (tests/engine/test_vllm_unbounded.py)
+2. The same holds when W and S move between two prefill chunks of a running request (the
+   reference mask switches at the change and honours what the request still holds).
+3. Through the runtime, the load that stalls unbounded KV (tests/engine/test_vllm_unbounded.py)
    runs with sinks without a stall, and the pool never holds more than
    sessions × (ceil(S/bs) + ceil(W/bs) + 1) blocks.
 """
@@ -118,6 +120,98 @@ def test_decode_holds_at_most_sinks_plus_window_plus_one_blocks(vllm_logprobs):
     window, sinks = CONFIGS[0]
     bound = -(-sinks // BS) + -(-window // BS) + 1  # 6 here; 13 if nothing were freed
     assert vllm_logprobs["decode_peak"] == bound
+
+
+# --- W and S changed live, mid-prompt ----------------------------------------------------------
+
+LIVE_PROMPT = 640  # 10 chunks of 64
+CHANGE_AFTER = 6 * CHUNK  # processed tokens when the setting moves
+LIVE = [((128, 16), (64, 0)),  # shrink W, drop the sinks: freed at once
+        ((64, 32), (160, 32)),  # grow W: the window refills from the first resident block
+        ((96, 0), (96, 64)),  # add sinks after the gap opened: what was freed stays freed
+        ((320, 0), (320, 64))]  # add sinks before any gap: the request gets them whole
+
+
+def expected_carry(old, new, processed_at_last_free: int) -> tuple[int, int]:
+    """(sink blocks, frontier) the design gives a request running through the change."""
+    (w_old, s_old), (_, s_new) = old, new
+    old_sinks, new_sinks = -(-s_old // BS), -(-s_new // BS)
+    first = max(0, processed_at_last_free - w_old + 1) // BS
+    if first > old_sinks:  # a gap was freed: those blocks are gone
+        return min(old_sinks, new_sinks), first
+    return new_sinks, 0
+
+
+def live_mask(n: int, old, new, carry) -> np.ndarray:
+    before = kept_key_mask(n, old[0], old[1], BS)
+    after = kept_key_mask(n, new[0], 0, BS, sink_blocks=carry[0], frontier=carry[1])
+    return np.where(np.arange(n)[:, None] < CHANGE_AFTER, before, after)
+
+
+@pytest.fixture(scope="module")
+def live_logprobs():
+    """{(old, new): (prompt, prompt logprobs, what the engine core reported)} with the setting
+    moved between two prefill chunks of one request, stepping an in-process engine by hand."""
+    import gc
+
+    rng = random.Random(1)
+    results = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        mp.setenv("OMP_NUM_THREADS", "1")
+        from vllm import LLM, SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        for old, new in LIVE:
+            mp.setenv(WINDOW_TOKENS_ENV, str(old[0]))
+            mp.setenv(SINK_TOKENS_ENV, str(old[1]))
+            llm = LLM(model=str(build_tiny(0)), dtype="float32", block_size=BS,
+                      enforce_eager=True, enable_prefix_caching=False, async_scheduling=False,
+                      max_num_batched_tokens=CHUNK, max_num_seqs=8, num_gpu_blocks_override=64,
+                      max_model_len=2048, gpu_memory_utilization=0.3, seed=0)
+            engine = llm.llm_engine
+            core = engine.engine_core.engine_core
+            prompt = [rng.randrange(1, 2048) for _ in range(LIVE_PROMPT)]
+            engine.add_request("live", TokensPrompt(prompt_token_ids=prompt),
+                               SamplingParams(max_tokens=1, prompt_logprobs=0))
+            report, final = None, None
+            while engine.has_unfinished_requests():
+                for out in engine.step():
+                    if out.finished:
+                        final = out
+                (request,) = core.scheduler.requests.values() or [None]
+                if report is None and request is not None \
+                        and request.num_computed_tokens >= CHANGE_AFTER:
+                    assert request.num_computed_tokens == CHANGE_AFTER
+                    report = core.metronome_set_sinks(*new)
+            got = np.array([d[t].logprob for d, t in zip(final.prompt_logprobs[1:], prompt[1:])])
+            results[(old, new)] = (prompt, got, report)
+            core.shutdown()
+            del llm, engine, core
+            gc.collect()
+    return results
+
+
+@pytest.mark.parametrize("old,new", LIVE)
+def test_prompt_logprobs_through_a_live_change_match_the_reference(live_logprobs,
+                                                                   reference_model, old, new):
+    prompt, got, report = live_logprobs[(old, new)]
+    # The request's last free before the change ran at the start of its 6th chunk.
+    carry = expected_carry(old, new, CHANGE_AFTER - CHUNK)
+    assert report["carried_requests"] == (1 if carry[1] else 0)
+    want = reference_logprobs(reference_model, prompt, live_mask(len(prompt), old, new, carry))
+    assert np.abs(got - want).max() < 1e-4
+    # Can fail: the wrong readings of the change (the old setting throughout; the new setting
+    # applied whole, reading blocks already freed) are measurably different where they differ.
+    mask = live_mask(len(prompt), old, new, carry)
+    wrong = [m for m in (kept_key_mask(len(prompt), old[0], old[1], BS),
+                         live_mask(len(prompt), old, new, (-(-new[1] // BS), 0)))
+             if (m != mask).any()]
+    assert wrong
+    for m in wrong:
+        assert np.abs(got - reference_logprobs(reference_model, prompt, m)).max() > 1e-3
+    if new[0] < old[0] or new[1] < old[1]:
+        assert report["freed_blocks"] > 0  # shrinking frees at once
 
 
 # --- through the runtime: streaming sessions on AsyncLLM ----------------------------------------

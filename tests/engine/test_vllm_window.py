@@ -52,3 +52,61 @@ def test_twin_fitted_from_the_run_predicts_its_latency(window_run):
     assert twin["silent_frames"] == 0
     # Same load, fitted costs: the simulated median frame latency lands near the real one.
     assert 0.5 < twin["p50_ms"] / s["p50_ms"] < 2.0, (twin["p50_ms"], s["p50_ms"], model)
+
+
+def _vllm_children() -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)
+            if p.status() != psutil.STATUS_ZOMBIE}
+
+
+def test_window_moves_live_without_a_restart(engine, tmp_path):
+    """Shrink W mid-run: occupancy falls within a few frames; grow it: the windows refill as
+    tokens arrive. Same engine processes throughout, every change an event."""
+    import json
+    import time
+
+    from store import Store
+    from store.queries import events
+
+    st = Store(str(tmp_path / "live.duckdb"))
+    cfg = RunConfig(**{**LOAD, "duration_s": 13.0, "window": 128})
+    pids = _vllm_children()
+    runner = Runner(cfg, engine, st)
+    thread = runner.start()
+    t0 = time.perf_counter()  # the run's clock starts with its thread (within milliseconds)
+    shrink_at = grow_at = None
+    while thread.is_alive():
+        t = time.perf_counter() - t0
+        if shrink_at is None and t >= 4.5:
+            runner.apply(window=32)
+            shrink_at = t
+        elif grow_at is None and t >= 8.5:
+            runner.apply(window=96)
+            grow_at = t
+        time.sleep(0.05)
+    s = runner.summary
+    assert s["status"] == "finished", s["reason"]
+    assert engine.error() is None and _vllm_children() == pids  # no restart
+    assert engine.policy.window_tokens == 96
+
+    cur = st.cursor()
+    ev = events(cur, s["run_id"])
+    changes = [json.loads(d) for d in ev[ev.kind == "param_change"].detail]
+    assert [c["new"] for c in changes] == ["window W=32 S=0", "window W=96 S=0"]
+    occ = occupancy(cur, s["run_id"])
+    before = occ[(occ.t > 3.0) & (occ.t < shrink_at)].occupancy.median()
+    # 160 ms frames: within ~6 frames of the change each session has stepped and shed blocks.
+    shrunk = occ[(occ.t > shrink_at + 1.0) & (occ.t < grow_at)].occupancy
+    # W=32, 16-token frames: ≤ floor((32 + 16 - 2)/32) + 2 = 3 blocks a session, 24 of 64.
+    assert shrunk.max() <= 24 / 64 + 0.02 < before - 0.15, (before, shrunk.tolist())
+    grown = occ[occ.t > grow_at].occupancy
+    assert grown.tail(5).median() > shrunk.median() + 0.1  # refilled as tokens arrived
+    assert grown.max() <= 8 * (floor_blocks := (96 + 16 - 2) // 32 + 2) / 64 + 0.02, floor_blocks
+    silent = cur.execute("SELECT avg(CASE WHEN silent THEN 1 ELSE 0 END) FROM frames "
+                         "WHERE run_id = ?", [s["run_id"]]).fetchone()[0]
+    assert silent <= 0.02 and not ev.kind.isin(["evict", "param_rejected"]).any(), silent
+    closes = [json.loads(d)["reason"] for d in ev[ev.kind == "close"].detail]
+    assert not [r for r in closes if "error" in r.lower() or "fail" in r.lower()], closes
+    st.close()

@@ -1,0 +1,128 @@
+"""Changing W and S while sessions run: one setting, applied at the same step boundary in the
+engine core (the KV manager) and in every worker (the metadata builder).
+
+Shape of a change (front end → engine core → workers):
+
+    AsyncLLM.engine_core.call_utility_async("metronome_set_sinks", W, S)
+      EngineCore.metronome_set_sinks        runs between two engine steps (busy loop)
+        SinkWindowManager.set_policy        frees what the new setting drops, at once, and
+                                            returns what each running request still holds
+        collective_rpc(apply_in_worker)     queued behind every step already scheduled, so
+                                            each step is built with the setting it was
+                                            scheduled under
+
+A request that was running keeps `Carried(sink_blocks, frontier)`: freed blocks never come back,
+so its sinks only shrink and its window starts no earlier than the first block still resident;
+both sides compute the same kept set from these, so no step reads a freed block. Requests
+that start later use the new setting whole. The carried map only holds requests that were
+running at the last change, so it stays bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What a request running at a change still holds: its first `sink_blocks` blocks and every
+    block from `frontier_block` on."""
+
+    sink_blocks: int
+    frontier_block: int
+
+
+@dataclass(frozen=True)
+class LiveSetting:
+    window_tokens: int
+    sink_tokens: int
+    carried: dict[str, Carried] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.window_tokens < 1:
+            raise ValueError(f"window {self.window_tokens} must be ≥ 1 token")
+        if not 0 <= self.sink_tokens < self.window_tokens:
+            raise ValueError(f"sinks {self.sink_tokens} must be in [0, W={self.window_tokens})")
+
+
+# Request id of each row of the batch being built, set by the runner hook (`plugin.
+# name_batch_rows`) for the duration of one metadata build.
+_row_req_ids: list[str] | None = None
+
+
+def set_row_req_ids(req_ids: list[str] | None) -> None:
+    global _row_req_ids
+    _row_req_ids = req_ids
+
+
+def row_carry(setting: LiveSetting, num_reqs: int, sink_blocks: int):
+    """Per-row (sink_blocks, frontier) for the batch being built, or scalars when no row
+    carries anything from before a change."""
+    import numpy as np
+
+    if not setting.carried:
+        return sink_blocks, 0
+    if _row_req_ids is None:
+        raise NotImplementedError("sinks + window after a live change needs the runner's row "
+                                  "request ids (model runner hook not installed)")
+    sinks = np.full(num_reqs, sink_blocks, dtype=np.int64)
+    front = np.zeros(num_reqs, dtype=np.int64)
+    for row, req_id in enumerate(_row_req_ids[:num_reqs]):
+        kept = setting.carried.get(req_id)
+        if kept is not None:
+            sinks[row], front[row] = kept.sink_blocks, kept.frontier_block
+    return sinks, front
+
+
+# The setting lives on the metadata builders of one engine's runner (not in a module global:
+# tests run several in-process engines one after another in one process).
+BUILDER_ATTR = "_metronome_live_setting"
+
+
+def apply_in_worker(worker, window_tokens: int, sink_tokens: int,
+                    carried: dict[str, tuple[int, int]]) -> int:
+    """collective_rpc target: runs in each worker, between two model steps."""
+    import itertools
+
+    from engine.sinks.plugin import name_batch_rows
+    from engine.sinks.spec import SinkWindowSpec
+
+    setting = LiveSetting(window_tokens, sink_tokens,
+                          {r: Carried(*kept) for r, kept in carried.items()})
+    # vLLM hands either the worker or its wrapper (which holds it as `.worker`).
+    runner = getattr(getattr(worker, "worker", worker), "model_runner")
+    builders = [b for group in itertools.chain.from_iterable(runner.attn_groups)
+                if isinstance(group.kv_cache_spec, SinkWindowSpec)
+                for b in group.metadata_builders]
+    assert builders, "a sinks engine without sinks metadata builders"
+    if carried:  # rows must be matched to requests from the next step on
+        name_batch_rows(type(runner))
+    for builder in builders:
+        setattr(builder, BUILDER_ATTR, setting)
+    logger.info("sinks + window now W=%d S=%d (%d running requests carried)",
+                window_tokens, sink_tokens, len(carried))
+    return len(carried)
+
+
+def set_sinks_in_engine_core(core, window_tokens: int, sink_tokens: int) -> dict:
+    """Installed as `EngineCore.metronome_set_sinks` (a utility method the front end calls)."""
+    from engine.sinks.spec import SinkWindowManager
+
+    LiveSetting(window_tokens, sink_tokens)  # validates before anything changes
+    coordinator = core.scheduler.kv_cache_manager.coordinator
+    managers = [m for m in coordinator.single_type_managers
+                if isinstance(m, SinkWindowManager)]
+    if not managers:
+        raise ValueError("this engine does not run sinks + window KV; start it with a window")
+    free_before = core.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+    results = [m.set_policy(window_tokens, sink_tokens) for m in managers]
+    carried = results[0]
+    # One KV group per attention type: groups of the same spec hold the same blocks layout.
+    assert all(r == carried for r in results), "KV groups disagree on what requests hold"
+    # The workers (not this process) build attention metadata.
+    core.collective_rpc(apply_in_worker, args=(window_tokens, sink_tokens, carried))
+    freed = core.scheduler.kv_cache_manager.block_pool.get_num_free_blocks() - free_before
+    return {"freed_blocks": int(freed), "carried_requests": len(carried)}
