@@ -177,6 +177,9 @@ def truth_and_lie(data: LiveData) -> None:
     truth_col.altair_chart(truth, width="stretch")
 
 
+WALL_TITLE = "Session wall (dark: silent)"
+
+
 def run_charts(data: LiveData) -> None:
     row = data.row
     x = data.x_domain
@@ -191,7 +194,9 @@ def run_charts(data: LiveData) -> None:
     right.altair_chart(charts.silent_chart(data.frames, x), width="stretch")
     left, right = st.columns(2)
     left.altair_chart(charts.sessions_chart(data.ticks, x), width="stretch")
-    right.altair_chart(charts.session_wall_chart(data.wall, x), width="stretch")
+    image, caption = charts.session_wall_image(data.wall, x[1], data.bucket_s)
+    right.markdown(f"**{WALL_TITLE}**")
+    right.image(image, caption=caption, width="stretch")
 
 
 def summary_metrics(summary_json: str | None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -13,7 +14,6 @@ from app import charts
     charts.occupancy_chart,
     charts.silent_chart,
     charts.sessions_chart,
-    charts.session_wall_chart,
     lambda df: charts.limit_chart(df, 12),
     charts.collapse_chart,
     lambda df: charts.truth_and_lie(df, 80.0)[0],
@@ -51,15 +51,22 @@ def test_rho_projection_runs_from_the_fit_window_to_saturation():
     assert charts.rho_projection(20.0, 0.6, -0.01, None, 10.0).empty
 
 
-def test_session_wall_paints_silent_cells_dark():
-    df = pd.DataFrame({"session_id": [0, 1], "t": [0.0, 0.0], "t_end": [1.0, 1.0],
-                       "tokens": [40, 0], "frames": [10, 10], "silent_share": [0.0, 1.0]})
-    spec = charts.session_wall_chart(df).to_dict()
-    assert spec["encoding"]["x2"]["field"] == "t_end"  # a cell spans its whole bucket
-    colour = spec["encoding"]["color"]
-    assert colour["condition"]["value"] == charts.SILENT_COLOUR
-    assert "silent_share >= 0.5" in colour["condition"]["test"]
-    assert colour["field"] == "tokens"
+def test_session_wall_paints_silent_cells_dark_and_busy_cells_darker_green():
+    df = pd.DataFrame({"session_id": [3, 3, 7, 9], "t": [0.0, 1.0, 0.0, 2.0],
+                       "t_end": [1.0, 2.0, 1.0, 3.0], "tokens": [40, 10, 0, 40],
+                       "frames": [10, 10, 10, 10], "silent_share": [0.0, 0.0, 1.0, 0.0]})
+    image, caption = charts.session_wall_image(df, span_s=4.0, bucket_s=1.0)
+    rows, cols = 3, 4
+    h, w = image.shape[0] // rows, image.shape[1] // cols
+    assert image.shape == (rows * h, cols * w, 3) and image.dtype == np.uint8
+    cell = {(r, c): tuple(image[r * h, c * w]) for r in range(rows) for c in range(cols)}
+    assert cell[(1, 0)] == charts._hex_rgb(charts.SILENT_COLOUR)  # session 7 went quiet
+    assert cell[(0, 0)] == cell[(2, 2)] == charts._GREEN_HIGH  # the busiest cells
+    assert sum(map(int, cell[(0, 1)])) > sum(map(int, cell[(0, 0)]))  # fewer tokens: lighter
+    assert cell[(0, 3)] == cell[(1, 1)] == charts._EMPTY  # no frame there
+    assert "sessions 3–9" in caption and "1 s per column" in caption
+    empty, text = charts.session_wall_image(df.iloc[:0], span_s=4.0, bucket_s=1.0)
+    assert text == "no frames yet" and (empty == charts._EMPTY).all()
 
 
 def test_truth_and_lie_share_their_latency_axis():

@@ -15,7 +15,7 @@ from tests.app.conftest import (charts_by_title, finished_twin_run, page,
                                 running_paced_twin, wait_settled)
 
 LIVE_CHARTS = {"Frame latency vs budget", "KV pool occupancy", "Silent frames per second",
-               "Live sessions and cap", "Session wall (dark: silent)",
+               "Live sessions and cap",
                "Naive gateway view (what a normal dashboard shows)",
                "Truthful view (what users hear)"}
 
@@ -94,6 +94,8 @@ def test_live_page_draws_a_finished_run_with_every_chart_filled(db):
     assert LIVE_CHARTS <= set(shown), set(shown)
     for title in LIVE_CHARTS - {"KV pool occupancy"}:
         assert shown[title][0] > 0, (title, shown[title])
+    (wall,) = at.get("image")  # the session wall: an image, one row per session
+    assert "sessions 0–" in wall.captions[0] and "dark = silent" in wall.captions[0]
     labels = [m.label for m in at.metric]
     for gauge in ("live sessions", "cap (limit)", "admitted", "rejected", "evicted", "pool ρ",
                   "t_sat (ρ → 1)", "on time (naive)", "on time (truth)", "silent frames"):
