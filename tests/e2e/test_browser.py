@@ -86,13 +86,15 @@ def test_start_watch_and_change_w_in_a_browser(console):
         page.goto(console)  # the Live page is the default page, at the root
         charts = page.locator('[data-testid="stVegaLiteChart"]')
         expect(charts.nth(1)).to_be_visible(timeout=15_000)
-        seen = []  # (latency, occupancy) chart images, a refresh (≥ 1 s) apart
-        for _ in range(3):
-            seen.append((_chart_hash(page, 0), _chart_hash(page, 1)))
+        latency, occupancy = set(), set()  # distinct chart images, sampled ~1 s apart
+        deadline = time.monotonic() + 10  # a browser on 2 shared cores can skip a frame
+        while (len(latency) < 3 or len(occupancy) < 3) and time.monotonic() < deadline:
+            latency.add(_chart_hash(page, 0))
+            occupancy.add(_chart_hash(page, 1))
             time.sleep(1.1)  # one refresh period (1 s) and a little
         page.screenshot(path=str(ARTIFACTS / "live.png"), full_page=True)
-        assert len({latency for latency, _ in seen}) == 3, "latency chart did not update twice"
-        assert len({occupancy for _, occupancy in seen}) == 3, "occupancy did not update twice"
+        assert len(latency) >= 3, "latency chart did not update twice"
+        assert len(occupancy) >= 3, "occupancy did not update twice"
 
         page.goto(f"{console}/controls")
         page.get_by_role("spinbutton", name="W: window tokens", exact=True).fill("256")
