@@ -102,7 +102,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         db = str(Path(tmp) / "bench.duckdb")
         os.environ["METRONOME_DB"] = db
-        result = {"live_queries_1M": queries_over_big_run(db, args.frames, args.repeats),
+        result = {"load_avg_at_start": os.getloadavg(),
+                  "live_queries_1M": queries_over_big_run(db, args.frames, args.repeats),
                   "live_page_render_while_writing": refresh_while_writing(db, args.refresh_s)}
     print(json.dumps(result, indent=2))
 
