@@ -234,6 +234,17 @@ class VLLMEngine(Engine):
         if policy.kind != self.config.policy.kind:
             return (f"the vLLM engine started {self.config.policy.kind}; switching to "
                     f"{policy.kind} needs a new run (W and S of a windowed run move live)")
+        if policy.kind == "window":
+            # One session's blocks with a whole step of new tokens in flight (what vLLM
+            # reserves per request) must fit the pool, or no session could ever be scheduled.
+            cfg = self.config
+            step = int(self.engine_args().get("max_num_batched_tokens", 0))
+            need = policy.blocks_per_session(cfg.block_size) + -(-step // cfg.block_size)
+            if need > cfg.pool_blocks - 1:
+                return (f"W={policy.window_tokens} S={policy.sink_tokens} needs up to {need} "
+                        f"blocks for one session (window + sinks + a {step}-token step); the "
+                        f"pool has {cfg.pool_blocks - 1}: allowed W + S up to about "
+                        f"{(cfg.pool_blocks - 3) * cfg.block_size - step} tokens")
         return None
 
     def set_policy(self, policy: KVPolicy) -> bool:

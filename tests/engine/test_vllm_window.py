@@ -85,6 +85,10 @@ def test_window_moves_live_without_a_restart(engine, tmp_path):
         elif grow_at is None and t >= 8.5:
             runner.apply(window=96)
             grow_at = t
+            with pytest.raises(ValueError, match="the pool has 63"):
+                runner.apply(window=2048)  # one session could never fit: refused up front
+            with pytest.raises(ValueError, match="needs a new run"):
+                runner.apply(policy="unbounded")
         time.sleep(0.05)
     s = runner.summary
     assert s["status"] == "finished", s["reason"]

@@ -28,8 +28,10 @@ def unbounded_engine():
 
 
 def test_aimd_admits_then_rejects_and_keeps_frames_on_time(window_engine, store):
+    # Target 0.5 of the 80 ms budget: one session alone runs at p95 ≈ 31 ms on 2 shared cores,
+    # so a lower target would pin the limit at 1 and measure the machine, not the control.
     cfg = RunConfig(load="poisson", sessions=400, arrival_rate=5.0, session_s=4.0,
-                    duration_s=12.0, admission="aimd", target=0.3, seed=3, **WINDOW)
+                    duration_s=12.0, admission="aimd", target=0.5, seed=3, **WINDOW)
     s = Runner(cfg, window_engine, store).run()
     assert s["status"] == "finished", s["reason"]
     assert s["admitted"] >= 4 and s["rejected"] > 0
@@ -38,7 +40,8 @@ def test_aimd_admits_then_rejects_and_keeps_frames_on_time(window_engine, store)
     late = store.cursor().execute(
         "SELECT quantile_cont(latency_ms, 0.95) FROM frames WHERE run_id = ? AND t_submit > 6",
         [s["run_id"]]).fetchone()[0]
-    assert late <= 0.3 * 80.0 * 1.5, late  # p95 held near the 24 ms target once converged
+    assert late <= 0.5 * 80.0 * 1.5, late  # p95 held near the 40 ms target once converged
+    assert s["final_limit"] < 20  # ~20 sessions are offered at once: the cap is the control
 
 
 def test_memory_guard_keeps_unbounded_kv_from_stalling(unbounded_engine, store):
