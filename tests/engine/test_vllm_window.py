@@ -108,6 +108,12 @@ def test_window_moves_live_without_a_restart(engine, tmp_path):
     grown = occ[occ.t > grow_at].occupancy
     assert grown.tail(5).median() > shrunk.median() + 0.1  # refilled as tokens arrived
     assert grown.max() <= 8 * (floor_blocks := (96 + 16 - 2) // 32 + 2) / 64 + 0.02, floor_blocks
+    fell = occ[(occ.t > shrink_at) & (occ.occupancy <= 24 / 64)].t.min() - shrink_at
+    assert fell < 1.0, fell  # within ~6 frames of 160 ms
+    print(f"occupancy fell under the W=32 bound {fell:.2f} s after the change; "
+          f"W=128 median {before:.3f}; after W→32 max {shrunk.max():.3f}, median "
+          f"{shrunk.median():.3f}; after W→96 last-5 median {grown.tail(5).median():.3f}; "
+          f"changes at {shrink_at:.1f} s and {grow_at:.1f} s")
     silent = cur.execute("SELECT avg(CASE WHEN silent THEN 1 ELSE 0 END) FROM frames "
                          "WHERE run_id = ?", [s["run_id"]]).fetchone()[0]
     assert silent <= 0.02 and not ev.kind.isin(["evict", "param_rejected"]).any(), silent
