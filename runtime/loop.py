@@ -197,6 +197,8 @@ class Runner:
                                 new=self._policy_text(value), reason=reason)
                     continue
                 detail = {"old": self._policy_text(old), "new": self._policy_text(value)}
+                for session in self._sessions.values():  # rollover prompts follow the new W
+                    session.history = deque(session.history, maxlen=self._history_tokens())
             elif key == "target":
                 # Kept even under a fixed limit: a later AIMD/gradient limit starts from it.
                 detail = {"old": self.target, "new": value}
@@ -305,7 +307,7 @@ class Runner:
         else:
             start = math.ceil(t_rel / self._frame_s - 1e-9) * self._frame_s  # next tick
         end = start + cfg.session_s if cfg.session_s else math.inf
-        window = cfg.window or cfg.tokens_in
+        window = self._history_tokens()
         source = make_frame_source(self._load, session_id, self.engine.vocab_size,
                                    cfg.tokens_in)
         session = _Session(session_id, start, end, source, deque(maxlen=window))
@@ -381,6 +383,11 @@ class Runner:
         n = len(session.inflight.token_times)
         new, session.tokens_seen = n - session.tokens_seen, n
         return new
+
+    def _history_tokens(self) -> int:
+        """Input tokens a session keeps on the host for its rollover prompt: the live W."""
+        policy = self.engine.policy
+        return policy.window_tokens if policy.kind == "window" else self.config.tokens_in
 
     def _max_model_len(self) -> int:
         return int(getattr(self.engine, "max_model_len", 1 << 30))

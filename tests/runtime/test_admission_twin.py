@@ -83,3 +83,26 @@ def test_live_limit_change_is_applied_and_recorded(store):
     assert any('"setting": "limit"' in d for d in changes)
     assert any('"setting": "policy"' in d and "W=64" in d for d in changes)
     assert runner.engine.policy.window_tokens == 64
+
+
+def test_rollover_prompts_follow_a_live_window_change(store):
+    """A session keeps its last W input tokens for its rollover prompt; after W moves, the
+    next rollover carries the new W, not the one the session started with."""
+    import json
+    import time
+
+    cfg = RunConfig(engine="twin", paced=True, policy="window", window=128, pool_blocks=1024,
+                    sessions=2, frame_ms=80.0, duration_s=4.0)
+    engine = TwinEngine(cfg.engine_config(), COST, paced=True)
+    engine.max_model_len = 300  # a rollover about every 1.2 s of 16-token frames
+    runner = Runner(cfg, engine, store)
+    thread = runner.start()
+    time.sleep(1.9)
+    runner.apply(window=64)
+    thread.join()
+    ev = events(store.cursor(), runner.summary["run_id"])
+    change_t = ev[ev.kind == "param_change"].t.iloc[0]
+    rolls = [(t, json.loads(d)["prompt_tokens"]) for t, d in
+             zip(ev[ev.kind == "rollover"].t, ev[ev.kind == "rollover"].detail)]
+    assert {p for t, p in rolls if t < change_t} == {128}, rolls
+    assert rolls[-1][0] > change_t and {p for t, p in rolls if t > change_t} == {64}, rolls
