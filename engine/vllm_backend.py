@@ -258,7 +258,12 @@ class VLLMEngine(Engine):
             return True
         call = self._llm.engine_core.call_utility_async(
             "metronome_set_sinks", policy.window_tokens, policy.sink_tokens)
-        result = asyncio.run_coroutine_threadsafe(call, self._loop).result(timeout=30)
+        try:
+            result = asyncio.run_coroutine_threadsafe(call, self._loop).result(timeout=30)
+        except TimeoutError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - vLLM returns utility failures as Exception
+            raise RuntimeError(f"vLLM refused W/S: {exc}") from exc
         self._policy = policy
         logger.info("KV policy now W=%d S=%d: %s", policy.window_tokens, policy.sink_tokens,
                     result)

@@ -82,21 +82,37 @@ def row_carry(setting: LiveSetting, num_reqs: int, sink_blocks: int):
 BUILDER_ATTR = "_metronome_live_setting"
 
 
+def _runner_and_builders(worker):
+    import itertools
+
+    from engine.sinks.spec import SinkWindowSpec
+
+    # vLLM hands either the worker or its wrapper (which holds it as `.worker`).
+    runner = getattr(getattr(worker, "worker", worker), "model_runner", None)
+    groups = itertools.chain.from_iterable(getattr(runner, "attn_groups", None) or [])
+    builders = [b for group in groups if isinstance(group.kv_cache_spec, SinkWindowSpec)
+                for b in group.metadata_builders]
+    return runner, builders
+
+
+def check_in_worker(worker) -> str | None:
+    """collective_rpc target run before a change: why this worker cannot take one, or None."""
+    runner, builders = _runner_and_builders(worker)
+    if not builders:
+        return "no sinks + window metadata builders in this worker"
+    if not hasattr(type(runner), "_build_attention_metadata"):
+        return f"{type(runner).__name__} has no _build_attention_metadata to name batch rows"
+    return None
+
+
 def apply_in_worker(worker, window_tokens: int, sink_tokens: int,
                     carried: dict[str, tuple[int, int]]) -> int:
     """collective_rpc target: runs in each worker, between two model steps."""
-    import itertools
-
     from engine.sinks.plugin import name_batch_rows
-    from engine.sinks.spec import SinkWindowSpec
 
     setting = LiveSetting(window_tokens, sink_tokens,
                           {r: Carried(*kept) for r, kept in carried.items()})
-    # vLLM hands either the worker or its wrapper (which holds it as `.worker`).
-    runner = getattr(getattr(worker, "worker", worker), "model_runner")
-    builders = [b for group in itertools.chain.from_iterable(runner.attn_groups)
-                if isinstance(group.kv_cache_spec, SinkWindowSpec)
-                for b in group.metadata_builders]
+    runner, builders = _runner_and_builders(worker)
     assert builders, "a sinks engine without sinks metadata builders"
     if carried:  # rows must be matched to requests from the next step on
         name_batch_rows(type(runner))
@@ -117,6 +133,11 @@ def set_sinks_in_engine_core(core, window_tokens: int, sink_tokens: int) -> dict
                 if isinstance(m, SinkWindowManager)]
     if not managers:
         raise ValueError("this engine does not run sinks + window KV; start it with a window")
+    # Every worker must be able to follow before the scheduler side moves: a half-applied
+    # change would have workers read blocks the manager already freed.
+    problems = [p for p in core.collective_rpc(check_in_worker) if p]
+    if problems:
+        raise NotImplementedError(f"live W/S unsupported here: {problems[0]}")
     free_before = core.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
     results = [m.set_policy(window_tokens, sink_tokens) for m in managers]
     carried = results[0]

@@ -274,3 +274,13 @@ def test_sink_env_round_trip(monkeypatch):
         monkeypatch.setenv("METRONOME_SINK_TOKENS", sinks)
         with pytest.raises(ValueError):
             configured()
+
+
+def test_workers_that_cannot_follow_a_change_are_found_before_anything_moves():
+    from types import SimpleNamespace
+
+    from engine.sinks.live import check_in_worker
+
+    bare = SimpleNamespace(worker=SimpleNamespace(model_runner=SimpleNamespace(attn_groups=[])))
+    assert "no sinks + window metadata builders" in check_in_worker(bare)
+    assert "no sinks" in check_in_worker(SimpleNamespace())
