@@ -215,6 +215,9 @@ class VLLMEngine(Engine):
 
         fields = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
         args = self.engine_args()
+        # A live W/S must fit one session plus a step of this many tokens (see
+        # policy_change_refusal); fixed at start-up like the rest of vLLM's config.
+        self._step_tokens = int(args.get("max_num_batched_tokens") or 0)
         unknown = sorted(k for k in args if k not in fields)
         if unknown:
             raise ValueError(f"unknown vLLM engine argument(s) {', '.join(unknown)}")
@@ -238,7 +241,7 @@ class VLLMEngine(Engine):
             # One session's blocks with a whole step of new tokens in flight (what vLLM
             # reserves per request) must fit the pool, or no session could ever be scheduled.
             cfg = self.config
-            step = int(self.engine_args().get("max_num_batched_tokens", 0))
+            step = self._step_tokens
             need = policy.blocks_per_session(cfg.block_size) + -(-step // cfg.block_size)
             if need > cfg.pool_blocks - 1:
                 return (f"W={policy.window_tokens} S={policy.sink_tokens} needs up to {need} "
