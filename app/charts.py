@@ -8,6 +8,7 @@ drawn side by side take `x_domain`/`y_domain`, so two runs are read on the same 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import altair as alt
 import numpy as np
@@ -25,39 +26,122 @@ _RULE = "firebrick"
 SILENT_COLOUR = "#161616"  # a silent cell on the session wall: the conversation went quiet
 
 
-def _time(x_domain=None) -> alt.X:
+def _time(x_domain=None, field: str = "t") -> alt.X:
     scale = alt.Scale(domain=list(x_domain)) if x_domain is not None else alt.Undefined
-    return alt.X("t:Q", title="time since run start (s)", scale=scale)
+    return alt.X(f"{field}:Q", title="time since run start (s)", scale=scale)
 
 
 def _y_scale(y_domain):
     return alt.Scale(domain=list(y_domain)) if y_domain is not None else alt.Undefined
 
 
+MISSED = "#d62728"  # the band where censored percentiles go: no answer, latency unknown
+MISSED_LABEL = "missed: no answer by the deadline (latency unknown, > budget)"
+
+
+@dataclass(frozen=True)
+class Marks:
+    """What every time chart of a run marks: stall spans (t_start, t_end, label), applied live
+    changes (t, change) and the t_sat prediction (queries.tsat_prediction), if any."""
+
+    stalls: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        columns=["t_start", "t_end", "label"]))
+    changes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["t", "change"]))
+    tsat: dict | None = None
+
+
+def latency_top(frames: list[pd.DataFrame], budget_ms: float) -> float:
+    """The latency axis' top: room above the budget and every finite percentile; censored
+    (infinite) percentiles are drawn in the band below it, never counted in it."""
+    values = [budget_ms * 1.3] + [1.1 * x for df in frames
+                                  for col in ("p95_ms", "p99_ms", "naive_p95_ms")
+                                  for x in _finite(df, col)]
+    return max(values)
+
+
 def latency_chart(df: pd.DataFrame, budget_ms: float, target_ms: float | None = None,
-                  x_domain=None, y_domain=None, title: str = "Frame latency vs budget"
-                  ) -> alt.Chart:
+                  x_domain=None, y_domain=None, title: str = "Frame latency vs budget",
+                  marks: Marks | None = None) -> alt.Chart:
     """True frame latency p50/p95/p99 per time bucket against the budget (and the admission
     target when there is one).
 
-    The gateway's p95 is dashed: it is capped at the wait budget, so it stays under the line
-    while frames go silent; showing both is the point of the chart.
+    A percentile whose rank falls among unanswered frames is not a number ("> budget"): its
+    line leaves the chart into the red band at the top, never onto the budget line. The
+    gateway's p95 is dashed: it is capped at the wait budget, so it stays under the line while
+    frames go silent; showing both is the point of the chart.
     """
+    top = y_domain[1] if y_domain is not None else latency_top([df], budget_ms)
+    band_lo = top * 0.9
     long = _melt(df, list(_SERIES), "series", "ms").assign(series=lambda d: d.series.map(_SERIES))
+    censored = long.ms.astype(float).map(math.isinf) if not long.empty else long.ms
+    long = long.assign(
+        shown=np.where(censored, (band_lo + top) / 2, long.ms.astype(float)) if not long.empty
+        else long.ms,
+        value=[("> budget (censored)" if c else f"{float(m):.1f} ms") if pd.notna(m) else "—"
+               for c, m in zip(censored, long.ms)])
     names = list(_SERIES.values())
     lines = alt.Chart(long).mark_line(point=True).encode(
         _time(x_domain),
-        alt.Y("ms:Q", title="frame latency (ms)", scale=_y_scale(y_domain)),
+        alt.Y("shown:Q", title="frame latency (ms)",
+              scale=alt.Scale(domain=[0, top], clamp=True)),
         alt.Color("series:N", title=None, scale=alt.Scale(domain=names)),
         alt.StrokeDash("series:N", title=None,
                        scale=alt.Scale(domain=names, range=[_SOLID] * 3 + [_DASHED])),
         tooltip=[alt.Tooltip("t:Q", title="t (s)"), "series:N",
-                 alt.Tooltip("ms:Q", format=".1f")],
+                 alt.Tooltip("value:N", title="latency")],
     )
+    band = pd.DataFrame({"lo": [band_lo], "hi": [top], "label": [MISSED_LABEL]})
+    missed = alt.Chart(band).mark_rect(color=MISSED, opacity=0.15).encode(
+        y=alt.Y("lo:Q"), y2="hi:Q")
+    missed_text = alt.Chart(band).mark_text(
+        align="left", baseline="top", dx=4, dy=2, color=MISSED, fontSize=10).encode(
+        x=alt.value(0), y=alt.Y("hi:Q"), text="label:N")
     lines_df = pd.DataFrame({"label": [f"budget {budget_ms:g} ms"], "ms": [float(budget_ms)]})
     if target_ms is not None:
         lines_df.loc[1] = [f"target {target_ms:g} ms", float(target_ms)]
-    return alt.layer(lines, *_rules(lines_df, "ms")).properties(title=title)
+    layers = [missed, missed_text, lines, *_rules(lines_df, "ms")]
+    return alt.layer(*layers, *mark_layers(marks, x_domain)).properties(title=title)
+
+
+def mark_layers(marks: Marks | None, x_domain=None, with_tsat: bool = False
+                ) -> list[alt.Chart]:
+    """Layers for a time chart: stalls shaded red from their start (the first one labelled),
+    live changes as labelled vertical rules ("W 128 → 32"), and on the occupancy chart the
+    t_sat prediction (where it was made, where it said the pool would be full)."""
+    if marks is None:
+        return []
+    layers = []
+    if not marks.stalls.empty:
+        spans = marks.stalls.assign(first=[True] + [False] * (len(marks.stalls) - 1))
+        shade = alt.Chart(spans).mark_rect(color=MISSED, opacity=0.18).encode(
+            _time(x_domain, "t_start"), x2="t_end:Q",
+            tooltip=[alt.Tooltip("label:N", title="stall"),
+                     alt.Tooltip("t_start:Q", title="from (s)", format=".2f"),
+                     alt.Tooltip("t_end:Q", title="to (s)", format=".2f")])
+        label = alt.Chart(spans[spans["first"]]).mark_text(
+            align="left", baseline="bottom", dx=3, dy=-2, color=MISSED, fontWeight="bold",
+            fontSize=10).encode(alt.X("t_start:Q"), y=alt.value(0), text="label:N")
+        layers += [shade, label]
+    if not marks.changes.empty:
+        ch = marks.changes[["t", "change"]]
+        layers.append(alt.Chart(ch).mark_rule(color="#555", strokeDash=[3, 3]).encode(
+            alt.X("t:Q"), tooltip=[alt.Tooltip("t:Q", title="t (s)"), "change:N"]))
+        layers.append(alt.Chart(ch).mark_text(align="left", baseline="top", dx=3, dy=12,
+                                               color="#333", fontSize=10).encode(
+            alt.X("t:Q"), y=alt.value(0), text="change:N"))
+    if with_tsat and marks.tsat is not None:
+        p = marks.tsat
+        made = pd.DataFrame({"t": [p["t_made"]], "rho": [p["rho_made"]], "label": [p["label"]]})
+        full = pd.DataFrame({"t": [p["t_full"]], "label": [p["label"]]})
+        layers.append(alt.Chart(made).mark_point(shape="diamond", size=90, filled=True,
+                                                 color=_RULE).encode(
+            alt.X("t:Q"), alt.Y("rho:Q"), tooltip=["label:N"]))
+        layers.append(alt.Chart(full).mark_rule(color=_RULE, strokeWidth=2).encode(
+            alt.X("t:Q"), tooltip=["label:N"]))
+        layers.append(alt.Chart(full).mark_text(align="right", baseline="top", dx=-3, dy=26,
+                                                color=_RULE, fontSize=10).encode(
+            alt.X("t:Q"), y=alt.value(0), text="label:N"))
+    return layers
 
 
 def _rules(df: pd.DataFrame, field: str) -> list[alt.Chart]:
@@ -82,7 +166,7 @@ def rho_projection(t: float, rho: float, slope_per_s: float | None, tsat_s: floa
 
 
 def occupancy_chart(df: pd.DataFrame, projection: pd.DataFrame | None = None, x_domain=None,
-                    title: str = "KV pool occupancy") -> alt.Chart:
+                    title: str = "KV pool occupancy", marks: Marks | None = None) -> alt.Chart:
     """KV pool occupancy ρ in [0, 1]; a fixed domain so a plateau never looks like a climb.
     `projection` (rho_projection) adds the fitted ρ(t) line, dashed, up to saturation."""
     data = _columns(df, ["t", "occupancy", "used_blocks", "total_blocks", "live"])
@@ -97,30 +181,36 @@ def occupancy_chart(df: pd.DataFrame, projection: pd.DataFrame | None = None, x_
         _time(x_domain), alt.Y("rho:Q"),
         tooltip=[alt.Tooltip("t:Q", title="t (s)", format=".1f"),
                  alt.Tooltip("rho:Q", title="fitted ρ(t)", format=".3f")])
-    return alt.layer(area, line).properties(title=title)
+    return alt.layer(area, line, *mark_layers(marks, x_domain, with_tsat=True)).properties(
+        title=title)
 
 
-def silent_chart(df: pd.DataFrame, x_domain=None) -> alt.Chart:
+def silent_chart(df: pd.DataFrame, x_domain=None, marks: Marks | None = None) -> alt.Chart:
     """Silent frames (no output token by the deadline) per second: the failure users hear."""
     data = _columns(df, ["t", "silent_per_s", "frames"])
-    return alt.Chart(data).mark_bar(color="darkorange").encode(
+    bars = alt.Chart(data).mark_bar(color="darkorange").encode(
         _time(x_domain),
         alt.Y("silent_per_s:Q", title="silent frames / s"),
         tooltip=[alt.Tooltip("t:Q", title="t (s)"), "silent_per_s:Q", "frames:Q"],
-    ).properties(title="Silent frames per second")
+    )
+    return alt.layer(bars, *mark_layers(marks, x_domain)).properties(
+        title="Silent frames per second")
 
 
-def sessions_chart(ticks: pd.DataFrame, x_domain=None) -> alt.Chart:
+def sessions_chart(ticks: pd.DataFrame, x_domain=None, marks: Marks | None = None
+                   ) -> alt.Chart:
     """Live sessions against the admission cap, per time bucket."""
     long = _melt(ticks, ["live", "limit_sessions"], "series", "sessions").replace(
         {"series": {"live": "live sessions", "limit_sessions": "cap (limit)"}})
-    return alt.Chart(long).mark_line(interpolate="step-after").encode(
+    lines = alt.Chart(long).mark_line(interpolate="step-after").encode(
         _time(x_domain),
         alt.Y("sessions:Q", title="sessions"),
         alt.Color("series:N", title=None,
                   scale=alt.Scale(domain=["live sessions", "cap (limit)"])),
         tooltip=[alt.Tooltip("t:Q", title="t (s)"), "series:N", "sessions:Q"],
-    ).properties(title="Live sessions and cap")
+    )
+    return alt.layer(lines, *mark_layers(marks, x_domain)).properties(
+        title="Live sessions and cap")
 
 
 WALL_WIDTH_PX = 900
@@ -174,7 +264,7 @@ def truth_and_lie(df: pd.DataFrame, budget_ms: float, x_domain=None
                   ) -> tuple[alt.Chart, alt.Chart]:
     """The same frames twice, on the same axes: what a gateway dashboard shows (latency capped
     at its wait budget, an empty frame counted as on time) and what users get."""
-    top = max([budget_ms * 1.1, *_finite(df, "p95_ms"), *_finite(df, "naive_p95_ms")])
+    top = latency_top([df], budget_ms)
     naive = _p95_and_misses(df, "naive_p95_ms", "naive_miss_rate", budget_ms, top, x_domain,
                             "Naive gateway view (what a normal dashboard shows)")
     truth = _p95_and_misses(df, "p95_ms", "miss_rate", budget_ms, top, x_domain,
@@ -185,10 +275,18 @@ def truth_and_lie(df: pd.DataFrame, budget_ms: float, x_domain=None
 def _p95_and_misses(df, p95: str, misses: str, budget_ms: float, top: float, x_domain,
                     title: str) -> alt.Chart:
     data = _columns(df, ["t", p95, misses]).rename(columns={p95: "p95", misses: "misses"})
+    # A censored p95 ("> budget") is drawn at the top of the axis, in red, never on the line.
+    censored = [pd.notna(x) and math.isinf(float(x)) for x in data.p95]
+    data = data.assign(
+        shown=[top * 0.95 if c else x for c, x in zip(censored, data.p95)],
+        value=["> budget (censored)" if c else ("—" if pd.isna(x) else f"{float(x):.1f} ms")
+               for c, x in zip(censored, data.p95)],
+        censored=censored)
     base = alt.Chart(data).encode(_time(x_domain))
     latency = base.mark_line(point=True).encode(
-        alt.Y("p95:Q", title="p95 latency (ms)", scale=alt.Scale(domain=[0, top])),
-        tooltip=[alt.Tooltip("t:Q", title="t (s)"), alt.Tooltip("p95:Q", format=".1f")])
+        alt.Y("shown:Q", title="p95 latency (ms)", scale=alt.Scale(domain=[0, top], clamp=True)),
+        color=alt.condition("datum.censored", alt.value(MISSED), alt.value("#4c78a8")),
+        tooltip=[alt.Tooltip("t:Q", title="t (s)"), alt.Tooltip("value:N", title="p95")])
     budget = pd.DataFrame({"label": [f"budget {budget_ms:g} ms"], "ms": [float(budget_ms)]})
     miss = base.mark_bar(color="darkorange").encode(
         alt.Y("misses:Q", title="deadline misses", scale=alt.Scale(domain=[0, 1]),
@@ -221,7 +319,7 @@ def collapse_chart(table: pd.DataFrame) -> alt.Chart:
 def _finite(df: pd.DataFrame, column: str) -> list[float]:
     if df.empty or column not in df:
         return []
-    return [float(x) for x in df[column].dropna()]
+    return [float(x) for x in df[column].dropna() if math.isfinite(float(x))]
 
 
 def _columns(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:

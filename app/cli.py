@@ -68,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--stagger", action="store_true", help="phase-stagger session frames")
     run.add_argument("--paced", action="store_true",
                      help="twin only: run in wall-clock time (demos, soak tests)")
-    run.add_argument("--admission", choices=["off", "aimd", "gradient"], default="off")
+    run.add_argument("--admission", choices=["off", "fixed", "aimd", "gradient"],
+                     default="fixed", help="fixed (or off, the CLI contract's name): cap at "
+                     "--sessions; aimd/gradient: steer the cap by frame latency")
     run.add_argument("--target", type=_positive_float, default=0.8)
     run.add_argument("--stall-guard", choices=["on", "off"], default="off")
     run.add_argument("--memory-guard", choices=["on", "off"], default="off",
@@ -137,8 +139,10 @@ def run_config_from_args(args) -> "RunConfig":  # noqa: F821 - imported lazily
         tokens_out=args.tokens_out, wait_budget=args.wait_budget, load=args.load,
         sessions=args.sessions, arrival_rate=args.arrival_rate, session_s=args.session_s,
         duration_s=args.duration, stagger=args.stagger, wav_dir=args.wav_dir,
-        wav_loop=args.wav_loop, mic_device=args.mic_device, admission=args.admission,
-        target=args.target, stall_guard=args.stall_guard, memory_guard=args.memory_guard,
+        wav_loop=args.wav_loop, mic_device=args.mic_device,
+        admission="fixed" if args.admission == "off" else args.admission,
+        target=args.target, stall_guard=args.stall_guard == "on",
+        memory_guard=args.memory_guard == "on",
         paced=args.paced,
         vllm_args=parse_vllm_args(args.vllm_arg))
 

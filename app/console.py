@@ -51,6 +51,7 @@ def main() -> None:
     with st.sidebar:
         st.caption(f"database {path}")
         _running_now(run_host())
+        _store_health()
     page.run()
 
 
@@ -69,6 +70,19 @@ def _running_now(host: RunHost) -> None:
     if state["error"]:
         st.error(state["error"])
     _rerun_page_when_run_ends(state)
+
+
+@st.fragment(run_every=STATUS_REFRESH_S)
+def _store_health() -> None:
+    """Rows the store could not write, where the operator looks: nothing lost says nothing."""
+    health = store().writer.health()
+    lost = sum(health["rows_lost"].values())
+    if lost:
+        detail = "; ".join(f"{t}: {e}" for t, e in health["errors"].items())
+        st.error(f"Store lost {lost} row(s) — {detail}")
+    elif health["backpressure_waits"]:
+        st.warning(f"Store fell behind {health['backpressure_waits']} time(s) "
+                   f"({health['queued']} items queued)")
 
 
 def _rerun_page_when_run_ends(state: dict) -> None:

@@ -96,8 +96,8 @@ def stall_guard_section(host: RunHost, config: RunConfig) -> None:
     st.subheader("Stall guard")
     with st.form("form_stall_guard"):
         guard = st.radio("Stall guard", ["off", "on"], key="ctl_stall_guard", horizontal=True,
-                         index=["off", "on"].index(config.stall_guard),
+                         index=int(config.stall_guard),
                          help="On: when the pool stalls, evict the session holding the most KV "
                               "(recorded as an evict event).")
         if st.form_submit_button("Apply stall guard", key="apply_stall_guard"):
-            _apply(host, {"stall_guard": guard})
+            _apply(host, {"stall_guard": guard == "on"})

@@ -121,7 +121,7 @@ class RunHost:
         return {"policy": "unbounded" if policy.kind == "unbounded" else
                 f"window W={policy.window_tokens} S={policy.sink_tokens}",
                 "limit": limit.kind, "cap": limit.limit, "target": runner.target,
-                "stall_guard": runner.stall_guard}
+                "stall_guard": "on" if runner.stall_guard else "off"}
 
     def state(self) -> dict:
         with self._lock:

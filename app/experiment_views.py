@@ -36,19 +36,22 @@ def side_by_side(cur, rows: list[dict]) -> None:
     """One column per run, every chart on the same axes, so cliff and slope read directly."""
     data = {row["run_id"]: views.live_data(cur, row) for row in rows}
     x = (0.0, max(float(row["duration_s"]) for row in rows))
-    top = max([float(row["budget_ms"]) * 1.1 for row in rows]
-              + [float(d.frames["p99_ms"].max()) for d in data.values() if not d.frames.empty])
+    top = max(charts.latency_top([d.frames], float(row["budget_ms"]))
+              for row, d in zip(rows, data.values()))
     for col, row in zip(st.columns(len(rows)), rows):
         d = data[row["run_id"]]
         summary = json.loads(row["summary"])
         stall = summary["stall_at_s"]
         col.markdown(f"**{experiments.policy_label(row)}** · seed {row['seed']} · "
                      + ("never stalled" if stall is None else f"stalled at {stall:.1f} s")
-                     + f" · silent {summary['silent_rate'] or 0:.1%}")
+                     + f" · silent {summary['silent_rate'] or 0:.1%}"
+                     + f" · p95 {views.p95_text(summary)}")
         col.altair_chart(charts.latency_chart(d.frames, float(row["budget_ms"]), x_domain=x,
-                                              y_domain=(0, top)), width="stretch")
-        col.altair_chart(charts.occupancy_chart(d.ticks, x_domain=x), width="stretch")
-        col.altair_chart(charts.silent_chart(d.frames, x), width="stretch")
+                                              y_domain=(0, top), marks=d.marks),
+                         width="stretch")
+        col.altair_chart(charts.occupancy_chart(d.ticks, x_domain=x, marks=d.marks),
+                         width="stretch")
+        col.altair_chart(charts.silent_chart(d.frames, x, d.marks), width="stretch")
 
 
 def n_star(cur, row: dict) -> None:

@@ -22,9 +22,10 @@ logger = logging.getLogger(__name__)
 
 FORMATS = ("html", "png")
 SUMMARY_KEYS = ("status", "engine", "simulated", "policy", "window", "sinks", "sessions_offered",
-                "admitted", "rejected", "evicted", "frames", "silent_rate", "on_time_rate",
-                "naive_on_time_rate", "p50_ms", "p95_ms", "p99_ms", "naive_p95_ms",
-                "max_occupancy", "stalled", "stall_at_s", "tsat_pred_s", "final_limit",
+                "admitted", "rejected", "evicted", "frames", "silent_rate", "censored_frames",
+                "late_frames", "on_time_rate", "naive_on_time_rate", "p50_ms", "p95_ms",
+                "p95_censored", "p99_ms", "p99_censored", "naive_p95_ms", "max_occupancy",
+                "stalled", "stall_at_s", "tsat_pred_s", "final_limit", "changes", "rows_lost",
                 "duration_s")
 
 
@@ -45,26 +46,35 @@ def summary_table(rows: list[dict]) -> pd.DataFrame:
     columns = {}
     for row in rows:
         summary = json.loads(row["summary"]) if row["summary"] else {"status": row["status"]}
-        columns[row["run_id"]] = [summary.get(k) for k in SUMMARY_KEYS]
+        columns[row["run_id"]] = [_cell(summary.get(k)) for k in SUMMARY_KEYS]
     return pd.DataFrame(columns, index=list(SUMMARY_KEYS))
+
+
+def _cell(value):
+    """Lists (the live changes) read as one line in the table."""
+    if isinstance(value, list):
+        return "; ".join(f"{c['change']} at {c['t']:g} s" for c in value) or "none"
+    return value
 
 
 def report_chart(cur, rows: list[dict]) -> alt.VConcatChart:
     """A column per run: latency, occupancy, silent frames; shared x and latency axes."""
     data = [views.live_data(cur, row) for row in rows]
     x = (0.0, max(float(row["duration_s"]) for row in rows))
-    top = max([float(row["budget_ms"]) * 1.1 for row in rows]
-              + [float(d.frames["p99_ms"].max()) for d in data if not d.frames.empty])
+    top = max(charts.latency_top([d.frames], float(row["budget_ms"]))
+              for row, d in zip(rows, data))
     columns = []
     for row, d in zip(rows, data):
         title = f"{row['run_id']} · {experiments.policy_label(row)}" + (
             " · simulated" if row["simulated"] else "")
         latency = charts.latency_chart(d.frames, float(row["budget_ms"]), views.target_ms(row),
-                                       x_domain=x, y_domain=(0, top), title=title)
+                                       x_domain=x, y_domain=(0, top), title=title,
+                                       marks=d.marks)
         columns.append(alt.vconcat(latency.properties(width=420, height=200),
-                                   charts.occupancy_chart(d.ticks, x_domain=x).properties(
+                                   charts.occupancy_chart(d.ticks, x_domain=x,
+                                                          marks=d.marks).properties(
                                        width=420, height=140),
-                                   charts.silent_chart(d.frames, x).properties(
+                                   charts.silent_chart(d.frames, x, d.marks).properties(
                                        width=420, height=100)))
     return alt.hconcat(*columns).resolve_scale(color="shared", strokeDash="shared")
 

@@ -75,7 +75,7 @@ def settings_widgets() -> dict:
             "duration_s": float(duration_s), "load": load, "sessions": int(sessions),
             "arrival_rate": arrival_rate, "session_s": session_s, "seed": int(seed),
             "wait_budget": wait_budget, "admission": admission, "target": float(target),
-            "stall_guard": stall_guard, "memory_guard": memory_guard,
+            "stall_guard": stall_guard == "on", "memory_guard": memory_guard == "on",
             "paced": paced and engine == "twin", **audio}
 
 

@@ -38,6 +38,8 @@ class LiveData:
     ticks: pd.DataFrame  # queries.tick_buckets
     wall: pd.DataFrame  # queries.session_wall
     bucket_s: float
+    marks: charts.Marks  # stalls, live changes, the t_sat prediction
+    history: pd.DataFrame  # queries.settings_history
 
     @property
     def x_domain(self) -> tuple[float, float]:
@@ -67,7 +69,12 @@ def live_data(cur, row: dict, cache: dict | None = None) -> LiveData:
         until = _settled_edge(row, tick, bucket)
         cache[(run_id, bucket)] = _Settled(until, frames[frames.t < until],
                                            wall[wall.t < until] if not wall.empty else wall)
-    return LiveData(row, tick, frames, queries.tick_buckets(cur, run_id, bucket), wall, bucket)
+    history = queries.settings_history(cur, run_id)
+    marks = charts.Marks(queries.stall_spans(cur, run_id),
+                         history[history.setting != "start"][["t", "change"]],
+                         queries.tsat_prediction(cur, run_id))
+    return LiveData(row, tick, frames, queries.tick_buckets(cur, run_id, bucket), wall, bucket,
+                    marks, history)
 
 
 def _settled_edge(row: dict, tick: dict | None, bucket: float) -> float:
@@ -112,18 +119,53 @@ def target_ms(row: dict) -> float | None:
 
 
 # --- drawing ----------------------------------------------------------------------------------
-def header(row: dict, live: bool) -> None:
+def header(row: dict, live: bool, history: pd.DataFrame | None = None,
+           store_health: dict | None = None) -> None:
+    """Who the run is, the settings in force now (with the live changes that led there, "W 128
+    → 32 at 4.5 s"), and anything the store lost while recording it."""
     simulated = " · simulated (twin)" if row["simulated"] else ""
     st.subheader(f"Run {row['run_id']}{simulated}")
     if not live:
         reason = f" — {row['reason']}" if row["reason"] else ""
         st.caption(f"{row['status']}{reason}")
-    st.caption(f"{row['model']} · {policy_text(row)} · N={row['sessions']} · load {row['load']} "
-               f"· admission {row['admission']} · pool {row['pool_blocks']} blocks · frame "
+    now = dict(row)
+    changes = history[history.setting != "start"] if history is not None else pd.DataFrame()
+    if history is not None and not history.empty:
+        last = history.iloc[-1]
+        now.update(policy=last.policy, window_tokens=_int(last.window_tokens),
+                   sink_tokens=_int(last.sink_tokens), admission=last.admission)
+    st.caption(f"{row['model']} · {policy_text(now)} · N={row['sessions']} · load {row['load']} "
+               f"· admission {now['admission']} · pool {row['pool_blocks']} blocks · frame "
                f"{row['frame_ms']:g} ms · budget {row['budget_ms']:g} ms")
-    if row["policy"] == "window":
+    if not changes.empty:
+        st.caption("Live changes: " + "; ".join(
+            f"{c} at {t:.1f} s" for t, c in zip(changes.t, changes.change)))
+    lost = store_lost(row, store_health)
+    if lost:
+        st.error(lost)
+    if now["policy"] == "window":
         st.caption("Kept KV is whole blocks (sinks + window from its first kept block), so it "
                    "is not token-exact [0,S) ∪ (t−W, t].")
+
+
+def store_lost(row: dict, store_health: dict | None) -> str | None:
+    """One line when rows of this run were lost on the way to the store (from the run's
+    summary once it ended, from the writer while it runs), else None."""
+    if row.get("summary"):
+        summary = json.loads(row["summary"])
+        lost, errors = summary.get("rows_lost") or 0, summary.get("store_errors") or {}
+    elif store_health is not None:
+        lost, errors = sum(store_health["rows_lost"].values()), store_health["errors"]
+    else:
+        return None
+    if not lost:
+        return None
+    detail = "; ".join(f"{table}: {error}" for table, error in errors.items())
+    return f"Store lost {lost} row(s) of this run — {detail}"
+
+
+def _int(x) -> int | None:
+    return None if x is None or pd.isna(x) else int(x)
 
 
 def gauges(data: LiveData) -> None:
@@ -170,7 +212,8 @@ def truth_and_lie(data: LiveData) -> None:
         silent = df["silent_per_s"].sum() * data.bucket_s if frames else None
         a, b, c = st.columns(3)
         a.metric("on time (truth)", _pct(None if miss is None else 1 - miss))
-        b.metric("p95 now (truth)", _ms(_last(df, "p95_ms")))
+        b.metric("p95 now (truth)", _ms_or_censored(_last(df, "p95_ms"),
+                                                    float(data.row["budget_ms"])))
         c.metric("silent frames", _pct(None if silent is None else silent / frames))
     naive, truth = charts.truth_and_lie(df, float(data.row["budget_ms"]), data.x_domain)
     naive_col.altair_chart(naive, width="stretch")
@@ -184,16 +227,17 @@ def run_charts(data: LiveData) -> None:
     row = data.row
     x = data.x_domain
     st.altair_chart(charts.latency_chart(data.frames, float(row["budget_ms"]), target_ms(row),
-                                         x_domain=x), width="stretch")
+                                         x_domain=x, marks=data.marks), width="stretch")
     tick = data.tick
     projection = None if tick is None else charts.rho_projection(
         float(tick["t"]), float(tick["occupancy"]), tick.get("rho_slope_per_s"),
         tick.get("tsat_s"), FIT_LOOKBACK_S)
     left, right = st.columns(2)
-    left.altair_chart(charts.occupancy_chart(data.ticks, projection, x), width="stretch")
-    right.altair_chart(charts.silent_chart(data.frames, x), width="stretch")
+    left.altair_chart(charts.occupancy_chart(data.ticks, projection, x, marks=data.marks),
+                      width="stretch")
+    right.altair_chart(charts.silent_chart(data.frames, x, data.marks), width="stretch")
     left, right = st.columns(2)
-    left.altair_chart(charts.sessions_chart(data.ticks, x), width="stretch")
+    left.altair_chart(charts.sessions_chart(data.ticks, x, data.marks), width="stretch")
     image, caption = charts.session_wall_image(data.wall, x[1], data.bucket_s)
     right.markdown(f"**{WALL_TITLE}**")
     right.image(image, caption=caption, width="stretch")
@@ -203,13 +247,21 @@ def summary_metrics(summary_json: str | None) -> None:
     if not summary_json:
         return
     summary = json.loads(summary_json)
-    cols = st.columns(5)
+    cols = st.columns(6)
     cols[0].metric("frames", summary["frames"])
     cols[1].metric("silent", _pct(summary["silent_rate"]))
     cols[2].metric("on time", _pct(summary["on_time_rate"]))
-    cols[3].metric("max ρ", f"{summary['max_occupancy']:.2f}")
+    cols[3].metric("p95 (truth)", p95_text(summary))
+    cols[4].metric("max ρ", f"{summary['max_occupancy']:.2f}")
     stall = summary["stall_at_s"]
-    cols[4].metric("stalled at", "never" if stall is None else f"{stall:.1f} s")
+    cols[5].metric("stalled at", "never" if stall is None else f"{stall:.1f} s")
+
+
+def p95_text(summary: dict) -> str:
+    """The run's p95: a number, or "> budget" when its rank falls among unanswered frames."""
+    if summary.get("p95_censored"):
+        return f"> {summary['budget_ms']:g} ms (censored)"
+    return _ms(summary.get("p95_ms"))
 
 
 def _weighted(df: pd.DataFrame, column: str) -> float | None:
@@ -220,6 +272,12 @@ def _weighted(df: pd.DataFrame, column: str) -> float | None:
 
 def _last(df: pd.DataFrame, column: str) -> float | None:
     return None if df.empty else float(df[column].iloc[-1])
+
+
+def _ms_or_censored(x: float | None, budget_ms: float) -> str:
+    if x is not None and not pd.isna(x) and math.isinf(x):
+        return f"> {budget_ms:g} ms"
+    return _ms(x)
 
 
 def _pct(x: float | None) -> str:

@@ -48,7 +48,7 @@ def soak(engine: str, seconds: float, sample_s: float = 5.0, db: str | None = No
 
     cfg = RunConfig(engine=engine, model="tiny", policy="window", window=128, pool_blocks=256,
                     max_model_len=1024, sessions=8, frame_ms=80.0, duration_s=seconds,
-                    paced=engine == "twin", stall_guard="on")
+                    paced=engine == "twin", stall_guard=True)
     db = db or os.path.join(tempfile.mkdtemp(), "soak.duckdb")
     store = Store(db)
     eng = make_engine(cfg)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from control.limits import Limit
+
 REJECT_REASONS = ("over_limit", "memory_guard")
 
 
@@ -44,29 +46,58 @@ class MemoryGuard:
         return t_sat > lifetime_s * self.config.safety and not math.isclose(t_sat, 0.0)
 
 
-class Gate:
-    """Admits while live < limit and the memory guard (if any) agrees; reasons are recorded."""
+@dataclass(frozen=True)
+class Ticket:
+    """Proof of one admission; handed back to `Gate.release` when the session closes."""
 
-    def __init__(self, limit, guard: MemoryGuard | None = None) -> None:
-        self.limit = limit
+    number: int
+
+
+class Gate:
+    """Admits while live < limit and the memory guard (if any) agrees; reasons are recorded.
+
+    Like vLLM's KV manager, `acquire` returns the grant (a Ticket) or None when there is no
+    capacity; `last_rejection` then says why (one of REJECT_REASONS)."""
+
+    def __init__(self, limit: Limit, guard: MemoryGuard | None = None) -> None:
+        self._limit = limit
         self.guard = guard
-        self.live = 0
+        self._held: set[int] = set()
         self.admitted = 0
         self.rejected = {reason: 0 for reason in REJECT_REASONS}
+        self.last_rejection: str | None = None
 
-    def acquire(self, memory: dict | None = None) -> str | None:
-        """None when admitted, else the reason. `memory` holds MemoryGuard.admits' inputs."""
-        if self.live >= self.limit.limit:
-            self.rejected["over_limit"] += 1
-            return "over_limit"
+    @property
+    def limit(self) -> Limit:
+        return self._limit
+
+    def set_limit(self, limit: Limit) -> None:
+        """Swap the limit live; sessions already admitted stay (only the stall guard evicts)."""
+        self._limit = limit
+
+    @property
+    def live(self) -> int:
+        return len(self._held)
+
+    def acquire(self, memory: dict | None = None) -> Ticket | None:
+        """A ticket when admitted, else None with the reason in `last_rejection`. `memory`
+        holds MemoryGuard.admits' inputs (without `live`); None skips the guard."""
+        if self.live >= self._limit.limit:
+            return self._reject("over_limit")
         if self.guard is not None and memory is not None and not self.guard.admits(
                 live=self.live, **memory):
-            self.rejected["memory_guard"] += 1
-            return "memory_guard"
-        self.live += 1
+            return self._reject("memory_guard")
         self.admitted += 1
+        ticket = Ticket(self.admitted)
+        self._held.add(ticket.number)
+        self.last_rejection = None
+        return ticket
+
+    def _reject(self, reason: str) -> None:
+        self.rejected[reason] += 1
+        self.last_rejection = reason
         return None
 
-    def release(self) -> None:
-        assert self.live > 0, "release without acquire"
-        self.live -= 1
+    def release(self, ticket: Ticket) -> None:
+        assert ticket.number in self._held, f"release of ticket {ticket.number} not held"
+        self._held.remove(ticket.number)

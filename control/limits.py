@@ -11,10 +11,30 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
 
 from control.signals import percentile
 
 LIMITS = ("fixed", "aimd", "gradient")
+
+
+@runtime_checkable
+class Limit(Protocol):
+    """What every limit shares (AIMD, gradient, fixed) and all that the gate and the runner use.
+
+    `limit` is the current cap on live sessions; `on_sample` takes one aggregated control sample
+    and returns the new cap; `retarget` moves the latency target (a fraction of the budget; a
+    fixed cap has none and ignores it). A runner swaps a limit live through `Gate.set_limit` and
+    `WindowedLimit.set_limit`, never by writing attributes."""
+
+    kind: str
+
+    @property
+    def limit(self) -> int: ...
+
+    def on_sample(self, now: float, latency_ms: float, inflight: int, dropped: bool) -> int: ...
+
+    def retarget(self, target_fraction: float) -> None: ...
 
 
 class _Listeners:
@@ -168,13 +188,34 @@ class FixedLimit(_Listeners):
     def on_sample(self, now: float, latency_ms: float, inflight: int, dropped: bool) -> int:
         return self._limit
 
+    def retarget(self, target_fraction: float) -> None:
+        """A fixed cap has no latency target; the runner keeps the target for a later limit."""
+
+
+def make_limit(kind: str, budget_ms: float, cap: int, target_fraction: float,
+               overrides: dict | None = None) -> Limit:
+    """The limit named `kind` for a run offering up to `cap` sessions. AIMD and gradient start
+    at min(4, cap) and may grow to cap; `overrides` are the limit's own config fields (for a
+    fixed limit, `limit`). Bad values raise the config's ValueError."""
+    cap = max(cap, 1)
+    overrides = overrides or {}
+    if kind == "aimd":
+        params = {"initial": min(4, cap), "max_limit": cap, "target_fraction": target_fraction}
+        return AIMDLimit(AIMDConfig(**{**params, **overrides}), budget_ms)
+    if kind == "gradient":
+        params = {"initial": min(4, cap), "max_limit": cap, "target_fraction": target_fraction}
+        return GradientLimit(GradientConfig(**{**params, **overrides}), budget_ms)
+    if kind == "fixed":
+        return FixedLimit(int(overrides.get("limit", cap)))
+    raise ValueError(f"limit {kind!r} is not one of {', '.join(LIMITS)}")
+
 
 class WindowedLimit:
     """Feeds a Limit one sample per control interval: the interval's p95 frame latency, and
     `dropped` when any frame went silent. Intervals with fewer than `min_samples` frames and no
     drop are skipped (too little to say anything). The clock is whatever `now` callers pass."""
 
-    def __init__(self, limit, interval_s: float = 1.0, min_samples: int = 10) -> None:
+    def __init__(self, limit: Limit, interval_s: float = 1.0, min_samples: int = 10) -> None:
         if interval_s <= 0:
             raise ValueError(f"control interval {interval_s} s must be > 0")
         if min_samples < 1:
@@ -190,6 +231,10 @@ class WindowedLimit:
     @property
     def limit(self) -> int:
         return self.inner.limit
+
+    def set_limit(self, limit: Limit) -> None:
+        """Swap the inner limit live; the interval's samples so far go to the new one."""
+        self.inner = limit
 
     def add(self, now: float, latency_ms: float, silent: bool) -> None:
         if self._start is None:

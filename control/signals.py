@@ -96,6 +96,11 @@ class StallDetector:
             self.stall_at = self._quiet_since
         return self.stalled_now
 
+    @property
+    def stall_at_now(self) -> float | None:
+        """Start of the stall in progress (None when not stalled)."""
+        return self._quiet_since if self.stalled_now else None
+
 
 class OccupancyTracker:
     """Live ρ(t) fit over the last `window_s` seconds of samples: slope, t_sat from now."""

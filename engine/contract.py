@@ -108,12 +108,30 @@ class FrameHandle:
         return self._event.wait(timeout)
 
 
+def check_frame(token_ids: list[int], max_new: int, vocab_size: int) -> None:
+    """One frame check for every backend: misuse (no tokens, ids outside the vocabulary,
+    nothing to generate) is a ValueError."""
+    if max_new < 1:
+        raise ValueError(f"tokens out {max_new} must be ≥ 1")
+    if not token_ids or not all(isinstance(t, int) and 0 <= t < vocab_size for t in token_ids):
+        raise ValueError(f"a frame needs ≥ 1 token id in [0, {vocab_size})")
+
+
 class Engine(ABC):
-    """What the runtime needs from a backend. One instance serves many sessions."""
+    """What the runtime needs from a backend. One instance serves many sessions.
+
+    Everything the runtime reads is declared here; nothing is looked up by name. Backends keep
+    their own state; the base class holds none."""
 
     name: str = "engine"
     simulated: bool = False
     live_policy: bool = False  # whether set_policy works while sessions run
+    # The most tokens one request may hold (prompt + generated); the runtime rolls a session
+    # over before reaching it. None: no limit (the runtime never rolls over).
+    max_model_len: int | None = None
+    # How far the wall clock ran past the engine clock at the last sleep (a paced simulation
+    # that cannot keep up); 0 for real engines, whose clock is the wall clock.
+    wall_lag_s: float = 0.0
 
     @abstractmethod
     def now(self) -> float:
@@ -127,7 +145,8 @@ class Engine(ABC):
     def open(self, session_id: int) -> None: ...
 
     @abstractmethod
-    def submit(self, session_id: int, token_ids: list[int], max_new: int) -> FrameHandle: ...
+    def submit(self, session_id: int, token_ids: list[int], max_new: int) -> FrameHandle:
+        """Hand one frame to an open session; misuse is a ValueError (see `check_frame`)."""
 
     @abstractmethod
     def close(self, session_id: int) -> None: ...
@@ -135,30 +154,20 @@ class Engine(ABC):
     @abstractmethod
     def pool(self) -> PoolStats: ...
 
-    # Backends set these in their constructors.
-    _policy: KVPolicy
-    _vocab_size: int
-    _sessions: dict
-
     @property
+    @abstractmethod
     def policy(self) -> KVPolicy:
-        return self._policy
+        """The KV policy in force now (after live changes)."""
 
     @property
-    def vocab_size(self) -> int:
-        return self._vocab_size
+    @abstractmethod
+    def vocab_size(self) -> int: ...
 
-    def _checked_session(self, session_id: int, token_ids: list[int], max_new: int):
-        """The open session a frame goes to; misuse (closed session, bad ids) is a ValueError."""
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise ValueError(f"session {session_id} is not open")
-        if max_new < 1:
-            raise ValueError(f"tokens out {max_new} must be ≥ 1")
-        if not token_ids or not all(isinstance(t, int) and 0 <= t < self._vocab_size
-                                    for t in token_ids):
-            raise ValueError(f"a frame needs ≥ 1 token id in [0, {self._vocab_size})")
-        return session
+    @property
+    def cost_source(self) -> str | None:
+        """Where a simulated engine's step-cost model came from ("default" or a run id);
+        None for a real engine."""
+        return None
 
     def policy_change_refusal(self, policy: KVPolicy) -> str | None:
         """Why `policy` cannot be applied while sessions run (one line), or None if it can."""

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
-from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats
+from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats, check_frame
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class TwinEngine(Engine):
         self.cost = cost or CostModel()
         self._policy = config.policy
         self._vocab_size = vocab_size
-        self.max_model_len = config.max_model_len or 1 << 30
+        self.max_model_len = config.max_model_len  # None: no limit
         self.max_prefill_tokens = max_prefill_tokens
         self._t = 0.0
         self._sessions: dict[int, _TwinSession] = {}
@@ -100,6 +100,18 @@ class TwinEngine(Engine):
                 time.sleep(left)
 
     # --- contract -----------------------------------------------------------------------------
+    @property
+    def policy(self) -> KVPolicy:
+        return self._policy
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def cost_source(self) -> str | None:
+        return self.cost.source
+
     def set_policy(self, policy: KVPolicy) -> bool:
         policy.check_block_size(self.config.block_size)
         self._policy = policy
@@ -113,7 +125,10 @@ class TwinEngine(Engine):
         self._sessions[session_id] = _TwinSession(session_id)
 
     def submit(self, session_id: int, token_ids: list[int], max_new: int) -> FrameHandle:
-        session = self._checked_session(session_id, token_ids, max_new)
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise ValueError(f"session {session_id} is not open")
+        check_frame(token_ids, max_new, self._vocab_size)
         handle = FrameHandle(session_id, self._t, max_new)
         session.chunks.append(_Chunk(handle, len(token_ids), max_new))
         return handle

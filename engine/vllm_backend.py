@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
-from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats
+from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats, check_frame
 from engine.models import model_info, resolve_model
 from engine.sinks import apply_env, sink_env
 
@@ -228,6 +228,14 @@ class VLLMEngine(Engine):
 
     # --- live KV policy -----------------------------------------------------------------------
     @property
+    def policy(self) -> KVPolicy:
+        return self._policy
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
     def live_policy(self) -> bool:
         # A windowed engine runs engine.sinks, whose W and S move live; unbounded vs windowed
         # is the KV cache layout vLLM allocated at start-up.
@@ -295,7 +303,10 @@ class VLLMEngine(Engine):
         session.task = asyncio.create_task(self._consume(session))
 
     def submit(self, session_id: int, token_ids: list[int], max_new: int) -> FrameHandle:
-        session = self._checked_session(session_id, token_ids, max_new)
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise ValueError(f"session {session_id} is not open")
+        check_frame(token_ids, max_new, self._vocab_size)
         handle = FrameHandle(session_id, time.perf_counter(), max_new)
         if self._error is not None:
             handle.finish(time.perf_counter(), self._error)

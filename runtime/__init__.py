@@ -1,6 +1,7 @@
 """The runtime ties load, admission, engine, telemetry and control together (app → runtime)."""
 
-from runtime.config import ADMISSIONS, ENGINES, MEMORY_GUARDS, STALL_GUARDS, RunConfig
+from engine import ENGINES
+from runtime.config import ADMISSIONS, RunConfig
 from runtime.loop import Runner
 
 
@@ -36,5 +37,5 @@ def execute(config: RunConfig, store, engine=None) -> dict:
             engine.shutdown()
 
 
-__all__ = ["ADMISSIONS", "ENGINES", "MEMORY_GUARDS", "STALL_GUARDS", "RunConfig", "Runner", "execute",
-           "latest_cost_model", "make_engine"]
+__all__ = ["ADMISSIONS", "ENGINES", "RunConfig", "Runner", "execute", "latest_cost_model",
+           "make_engine"]

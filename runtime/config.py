@@ -5,14 +5,67 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from control.limits import LIMITS
+from engine import ENGINES
 from engine.config import EngineConfig
 from engine.contract import KVPolicy
 from load_gen.synthetic import LoadConfig
 
-ENGINES = ("vllm", "twin")
-ADMISSIONS = ("off", "aimd", "gradient")
-MEMORY_GUARDS = ("off", "on")
-STALL_GUARDS = ("off", "on")
+MAX_DURATION_S = 7 * 24 * 3600.0  # a week: longer runs are a soak, split them into runs
+# What a scheduled change may set, and how its value is read from text.
+CHANGE_KEYS = ("window", "sinks", "policy", "target", "limit", "stall_guard")
+
+
+@dataclass(frozen=True)
+class ScheduledChange:
+    """A live change a run applies to itself at `at_s` (run-relative): `--change 5:window=32`
+    moves a run the way the Controls page does, for scripted experiments and tests."""
+
+    at_s: float
+    key: str
+    value: object
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.at_s, (int, float)) or not math.isfinite(self.at_s) \
+                or self.at_s < 0:
+            raise ValueError(f"change time {self.at_s} s must be ≥ 0")
+        if self.key not in CHANGE_KEYS:
+            raise ValueError(f"change key {self.key!r} is not one of {', '.join(CHANGE_KEYS)}")
+        kinds = {"window": int, "sinks": int, "policy": str, "target": float, "limit": str,
+                 "stall_guard": bool}
+        if not isinstance(self.value, kinds[self.key]) or (
+                kinds[self.key] is int and isinstance(self.value, bool)):
+            raise ValueError(f"change {self.key}={self.value!r} needs a "
+                             f"{kinds[self.key].__name__} value")
+
+    @classmethod
+    def parse(cls, text: str) -> "ScheduledChange":
+        """`AT:KEY=VALUE`, e.g. `5:window=32`, `10:target=0.5`, `3:stall_guard=on`."""
+        at, sep, rest = text.partition(":")
+        key, eq, raw = rest.partition("=")
+        if not sep or not eq or not raw:
+            raise ValueError(f"change {text!r} is not AT:KEY=VALUE (e.g. 5:window=32)")
+        key = key.strip().replace("-", "_")
+        try:
+            at_s = float(at)
+            if key in ("window", "sinks"):
+                value = int(raw)
+            elif key == "target":
+                value = float(raw)
+            elif key == "stall_guard":
+                if raw not in ("on", "off"):
+                    raise ValueError(f"stall_guard {raw!r} is not one of on, off")
+                value = raw == "on"
+            else:
+                value = raw
+        except ValueError as exc:
+            raise ValueError(f"change {text!r}: {exc}") from None
+        return cls(at_s, key, value)
+
+
+# Admission is a limit on live sessions: "fixed" caps at `sessions` (no control), "aimd" and
+# "gradient" steer the cap by frame latency (control.limits).
+ADMISSIONS = LIMITS
 
 
 def _positive(name: str, value: float, unit: str = "") -> None:
@@ -45,13 +98,14 @@ class RunConfig:
     wav_dir: str | None = None  # load wav: folder of .wav files, replayed round-robin
     wav_loop: bool = True  # load wav: loop each file (else its session ends with it)
     mic_device: str | None = None  # load mic: PortAudio input index or name
-    admission: str = "off"
+    admission: str = "fixed"
     target: float = 0.8
-    stall_guard: str = "off"
-    memory_guard: str = "off"
+    stall_guard: bool = False  # evict the largest session when the pool stalls
+    memory_guard: bool = False  # refuse sessions whose KV would fill the pool in their lifetime
     control_interval_s: float = 1.0
     paced: bool = False  # twin only: run in wall-clock time instead of as fast as possible
     vllm_args: tuple = field(default_factory=tuple)
+    changes: tuple = field(default_factory=tuple)  # ScheduledChange, applied live in order
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -69,13 +123,20 @@ class RunConfig:
             raise ValueError(f"admission {self.admission!r} is not one of {', '.join(ADMISSIONS)}")
         if not 0 < self.target <= 1:
             raise ValueError(f"target {self.target} must be in (0, 1] of the budget")
-        if self.stall_guard not in STALL_GUARDS:
-            raise ValueError(
-                f"stall guard {self.stall_guard!r} is not one of {', '.join(STALL_GUARDS)}")
-        if self.memory_guard not in MEMORY_GUARDS:
-            raise ValueError(
-                f"memory guard {self.memory_guard!r} is not one of {', '.join(MEMORY_GUARDS)}")
+        for name, flag in (("stall guard", self.stall_guard),
+                           ("memory guard", self.memory_guard)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} {flag!r} must be true or false")
         _positive("control interval", self.control_interval_s, " s")
+        if not self.duration_s <= MAX_DURATION_S:
+            raise ValueError(f"duration {self.duration_s:g} s must be in (0, {MAX_DURATION_S:.0f}] "
+                             "(a week)")
+        for change in self.changes:
+            if not isinstance(change, ScheduledChange):
+                raise ValueError(f"change {change!r} is not a ScheduledChange")
+            if change.at_s >= self.duration_s:
+                raise ValueError(f"change at {change.at_s} s is not before the run's end "
+                                 f"({self.duration_s} s); allowed: [0, {self.duration_s})")
         if self.paced and self.engine != "twin":
             raise ValueError(f"paced applies to the twin engine only (engine is {self.engine})")
         if self.policy == "window" and self.window is None:
@@ -107,4 +168,5 @@ class RunConfig:
     def as_dict(self) -> dict:
         d = asdict(self)
         d["vllm_args"] = [list(kv) for kv in self.vllm_args]
+        d["changes"] = [f"{c['at_s']:g}:{c['key']}={c['value']}" for c in d["changes"]]
         return d

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
+
+# A frame's latency for percentiles: a censored frame (no answer by the time it was finalised)
+# has an unknown latency ≥ budget, so it ranks above every answered frame: +infinity. A
+# percentile whose rank reaches it comes out infinite, i.e. "> budget", never a number.
+# Files written before `censored` existed: an incomplete frame carried its lower bound.
+TRUE_LATENCY = ("CASE WHEN coalesce(censored, NOT complete, false) THEN 'infinity'::DOUBLE "
+                "ELSE latency_ms END")
 
 
 def runs(cur, limit: int = 100) -> pd.DataFrame:
@@ -20,14 +28,15 @@ def run_row(cur, run_id: str) -> dict | None:
 
 
 def latency_percentiles(cur, run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
-    """p50/p95/p99 of true frame latency per time bucket, plus the naive gateway p95."""
+    """p50/p95/p99 of true frame latency per time bucket (inf: censored, "> budget"), plus
+    the naive gateway p95."""
     return cur.execute(
-        """
+        f"""
         SELECT floor(t_submit / ?) * ? AS t,
-               quantile_cont(latency_ms, [0.5, 0.95, 0.99]) AS q,
+               quantile_cont({TRUE_LATENCY}, [0.5, 0.95, 0.99]) AS q,
                quantile_cont(naive_latency_ms, 0.95) AS naive_p95_ms,
                count(*) AS frames
-        FROM frames WHERE run_id = ? AND latency_ms IS NOT NULL
+        FROM frames WHERE run_id = ?
         GROUP BY 1 ORDER BY 1
         """, [bucket_s, bucket_s, run_id]).df().pipe(_split_quantiles)
 
@@ -67,13 +76,22 @@ def events(cur, run_id: str) -> pd.DataFrame:
 
 
 def frame_percentiles(cur, run_id: str) -> dict:
-    """Whole-run p50/p95/p99 of true latency and p95 of the gateway's (naive) latency."""
+    """Whole-run p50/p95/p99 of true latency and p95 of the gateway's (naive) latency.
+    A percentile whose rank falls among censored frames is None with `pNN_censored` True."""
     row = cur.execute(
-        "SELECT quantile_cont(latency_ms, [0.5, 0.95, 0.99]), "
-        "quantile_cont(naive_latency_ms, 0.95) FROM frames WHERE run_id = ?",
-        [run_id]).fetchone()
+        f"SELECT quantile_cont({TRUE_LATENCY}, [0.5, 0.95, 0.99]), "
+        "quantile_cont(naive_latency_ms, 0.95), "
+        "count(*) FILTER (WHERE coalesce(censored, NOT complete, false)), "
+        "count(*) FILTER (WHERE complete AND NOT on_time) "
+        "FROM frames WHERE run_id = ?", [run_id]).fetchone()
     q = row[0] or [None, None, None]
-    return {"p50_ms": q[0], "p95_ms": q[1], "p99_ms": q[2], "naive_p95_ms": row[1]}
+    out = {"naive_p95_ms": row[1], "censored_frames": int(row[2] or 0),
+           "late_frames": int(row[3] or 0)}
+    for name, value in zip(("p50", "p95", "p99"), q):
+        censored = value is not None and math.isinf(value)
+        out[f"{name}_ms"] = None if censored else value
+        out[f"{name}_censored"] = censored
+    return out
 
 
 def frame_counts(cur, run_id: str) -> dict:
@@ -125,11 +143,12 @@ def frame_buckets(cur, run_id: str, bucket_s: float = 1.0, since: float = 0.0) -
     silent_per_s, miss_rate (truthful) and naive_miss_rate (empty frames counted on time).
     `since` (a bucket edge) limits it to the buckets from there on, for incremental refresh."""
     df = cur.execute(
-        """
+        f"""
         SELECT floor(t_submit / ?) * ? AS t,
-               quantile_cont(latency_ms, [0.5, 0.95, 0.99]) AS q,
+               quantile_cont({TRUE_LATENCY}, [0.5, 0.95, 0.99]) AS q,
                quantile_cont(naive_latency_ms, 0.95) AS naive_p95_ms,
                count(*) AS frames,
+               count(*) FILTER (WHERE coalesce(censored, NOT complete, false)) AS censored,
                count(*) FILTER (WHERE silent) / ? AS silent_per_s,
                avg(CASE WHEN on_time THEN 0.0 ELSE 1.0 END) AS miss_rate,
                avg(CASE WHEN naive_on_time THEN 0.0 ELSE 1.0 END) AS naive_miss_rate
@@ -137,7 +156,8 @@ def frame_buckets(cur, run_id: str, bucket_s: float = 1.0, since: float = 0.0) -
         """, [bucket_s, bucket_s, bucket_s, run_id, since]).df()
     if df.empty:
         return pd.DataFrame(columns=["t", "p50_ms", "p95_ms", "p99_ms", "naive_p95_ms", "frames",
-                                     "silent_per_s", "miss_rate", "naive_miss_rate"])
+                                     "censored", "silent_per_s", "miss_rate",
+                                     "naive_miss_rate"])
     return _split_quantiles(df)
 
 
@@ -188,3 +208,52 @@ def run_frames(cur, run_id: str):
     """All frame rows of a run as an Arrow table (for Parquet/CSV export)."""
     return cur.execute("SELECT * FROM frames WHERE run_id = ? ORDER BY t_submit, session_id",
                        [run_id]).fetch_arrow_table()
+
+
+# --- what the charts mark: stalls, live changes, the t_sat prediction --------------------------
+STALL_LABEL = "pool full, no token for {ticks} ticks: silent stall"
+
+
+def stall_spans(cur, run_id: str) -> pd.DataFrame:
+    """Each stall as a span [t_start, t_end): from the start its event names (the first quiet
+    tick) to the first tick that flows again (or the last tick, when it never does)."""
+    ticks = cur.execute("SELECT t, stalled FROM ticks WHERE run_id = ? ORDER BY t",
+                        [run_id]).df()
+    starts = cur.execute(
+        "SELECT t, detail FROM events WHERE run_id = ? AND kind = 'stall' ORDER BY t",
+        [run_id]).df()
+    spans = []
+    for t_event, detail in zip(starts.t, starts.detail):
+        d = json.loads(detail)
+        after = ticks[(ticks.t > t_event) & ~ticks.stalled.fillna(False).astype(bool)]
+        end = float(after.t.iloc[0]) if not after.empty else float(ticks.t.max())
+        spans.append({"t_start": float(d.get("since", t_event)), "t_end": end,
+                      "label": d.get("label") or STALL_LABEL.format(ticks=d.get("ticks", 2))})
+    return pd.DataFrame(spans, columns=["t_start", "t_end", "label"])
+
+
+def settings_history(cur, run_id: str) -> pd.DataFrame:
+    """The run's settings as a time series: the start, then one row per applied live change
+    (`change` says what moved, e.g. "W 128 → 32")."""
+    return cur.execute(
+        "SELECT t, setting, change, policy, window_tokens, sink_tokens, target, admission, "
+        "limit_sessions, stall_guard, memory_guard FROM settings_history WHERE run_id = ? "
+        "ORDER BY t, setting = 'start' DESC", [run_id]).df()
+
+
+def tsat_prediction(cur, run_id: str, rho_made: float = 0.5) -> dict | None:
+    """The t_sat prediction to mark: the one made at the first tick where ρ reached
+    `rho_made` with a rising fit (or the last one made, when ρ never got there). None when
+    no tick ever predicted saturation."""
+    row = cur.execute(
+        """
+        SELECT t, occupancy, tsat_s FROM ticks
+        WHERE run_id = ? AND tsat_s IS NOT NULL AND isfinite(tsat_s) AND occupancy < 0.999
+        ORDER BY (occupancy >= ?) DESC, CASE WHEN occupancy >= ? THEN t ELSE -t END
+        LIMIT 1
+        """, [run_id, rho_made, rho_made]).fetchone()
+    if row is None:
+        return None
+    t, rho, tsat = (float(x) for x in row)
+    return {"t_made": t, "rho_made": rho, "t_full": t + tsat,
+            "label": f"t_sat predicted at {t:.1f} s: full at {t + tsat:.1f} s"}

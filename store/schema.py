@@ -109,6 +109,24 @@ ALTER TABLE ticks ADD COLUMN IF NOT EXISTS silent_rate DOUBLE;
 ALTER TABLE ticks ADD COLUMN IF NOT EXISTS tsat_s DOUBLE;
 ALTER TABLE ticks ADD COLUMN IF NOT EXISTS rho_slope_per_s DOUBLE;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS memory_guard VARCHAR;
+ALTER TABLE frames ADD COLUMN IF NOT EXISTS censored BOOLEAN;
+ALTER TABLE frames ADD COLUMN IF NOT EXISTS latency_bound_ms DOUBLE;
+ALTER TABLE ticks ADD COLUMN IF NOT EXISTS window_tokens INTEGER;
+ALTER TABLE ticks ADD COLUMN IF NOT EXISTS sink_tokens INTEGER;
+CREATE TABLE IF NOT EXISTS settings_history (
+    run_id VARCHAR,
+    t DOUBLE,
+    setting VARCHAR,
+    change VARCHAR,
+    policy VARCHAR,
+    window_tokens INTEGER,
+    sink_tokens INTEGER,
+    target DOUBLE,
+    admission VARCHAR,
+    limit_sessions INTEGER,
+    stall_guard BOOLEAN,
+    memory_guard BOOLEAN
+);
 """
 
-TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models")
+TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models", "settings_history")

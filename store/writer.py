@@ -20,16 +20,30 @@ from store.schema import TABLES
 logger = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.5
+# Items (rows or batches) waiting for the writer. A run makes a few hundred per second; this is
+# minutes of backlog, enough to ride out a slow disk, and bounded so memory cannot run away.
+MAX_QUEUED = 100_000
+BACKPRESSURE_S = 1.0  # how long add() waits for room before counting the row as lost
 
 
 class StoreWriter:
-    def __init__(self, con, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
+    """One thread owns the connection; everyone else queues. Nothing is lost without a count:
+    a batch that fails to insert is retried row by row, rows that still fail are counted per
+    table (`rows_lost`) with the error (`errors`), and a full queue first slows the producer
+    (`backpressure_waits`) and then counts what it could not take."""
+
+    def __init__(self, con, flush_interval_s: float = FLUSH_INTERVAL_S,
+                 max_queued: int = MAX_QUEUED) -> None:
         self._con = con
-        self._queue: queue.Queue = queue.Queue()
+        self._queue: queue.Queue = queue.Queue(maxsize=max_queued)
         self._buffers: dict[str, list[dict]] = defaultdict(list)
         self.flush_interval_s = flush_interval_s
         self.rows_written = 0
+        self.rows_lost: dict[str, int] = defaultdict(int)
+        self.errors: dict[str, str] = {}  # table (or "statement") → the last error
+        self.backpressure_waits = 0
         self.last_error: str | None = None
+        self._count_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="metronome-store", daemon=True)
         self._thread.start()
 
@@ -37,23 +51,51 @@ class StoreWriter:
     def add(self, table: str, row: dict) -> None:
         if table not in TABLES:
             raise ValueError(f"table {table!r} is not one of {', '.join(TABLES)}")
-        self._queue.put(("row", table, row))
+        self._put(("row", table, row), table, 1)
 
     def add_many(self, table: str, rows: list[dict]) -> None:
         if table not in TABLES:
             raise ValueError(f"table {table!r} is not one of {', '.join(TABLES)}")
         if rows:
-            self._queue.put(("rows", table, rows))
+            self._put(("rows", table, rows), table, len(rows))
 
     def execute(self, sql: str, params: list | tuple = ()) -> None:
-        self._queue.put(("sql", sql, list(params)))
+        self._put(("sql", sql, list(params)), "statement", 1)
 
-    def flush(self, timeout: float = 30.0) -> None:
-        """Block until everything queued so far is on disk."""
+    def _put(self, item: tuple, table: str, n_rows: int) -> None:
+        try:
+            self._queue.put_nowait(item)
+            return
+        except queue.Full:
+            pass
+        with self._count_lock:
+            self.backpressure_waits += 1
+        try:  # the store fell behind: slow the producer down a little rather than grow
+            self._queue.put(item, timeout=BACKPRESSURE_S)
+        except queue.Full:
+            self._lose(table, n_rows, f"write queue full for {BACKPRESSURE_S} s "
+                                      f"({self._queue.maxsize} items): the store fell behind")
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Block until everything queued so far is on disk (or counted lost). Returns the rows
+        lost so far (all tables); raises TimeoutError when the writer does not get there."""
         done = threading.Event()
-        self._queue.put(("flush", done, None))
+        self._queue.put(("flush", done, None), timeout=timeout)
         if not done.wait(timeout):
             raise TimeoutError(f"store writer did not flush within {timeout} s")
+        return self.lost_total
+
+    @property
+    def lost_total(self) -> int:
+        with self._count_lock:
+            return sum(self.rows_lost.values())
+
+    def health(self) -> dict:
+        """What the console and the run summary show: rows lost per table and the errors."""
+        with self._count_lock:
+            return {"rows_written": self.rows_written, "rows_lost": dict(self.rows_lost),
+                    "errors": dict(self.errors), "backpressure_waits": self.backpressure_waits,
+                    "queued": self._queue.qsize()}
 
     def close(self) -> None:
         if self._thread.is_alive():
@@ -76,7 +118,10 @@ class StoreWriter:
                     self._buffers[a].extend(b)
                 elif kind == "sql":
                     self._write_buffers()
-                    self._guard(lambda: self._con.execute(a, b), f"statement {a[:60]!r}")
+                    try:
+                        self._con.execute(a, b)
+                    except Exception as exc:  # noqa: BLE001 - the writer outlives one statement
+                        self._lose("statement", 1, f"{a[:60]!r}: {exc}")
                 elif kind == "flush":
                     self._write_buffers()
                     a.set()
@@ -92,23 +137,36 @@ class StoreWriter:
             if not rows:
                 continue
             self._buffers[table] = []
-            frame = pd.DataFrame(rows)
+            try:
+                self._insert(table, rows)
+                written = len(rows)
+            except Exception as exc:  # noqa: BLE001 - one bad row must not sink its batch
+                logger.warning("batch of %d rows into %s failed (%s); retrying row by row",
+                               len(rows), table, exc)
+                written = self._insert_one_by_one(table, rows)
+            with self._count_lock:
+                self.rows_written += written
 
-            def insert(frame=frame, table=table):
-                self._con.register("_batch", frame)
-                try:
-                    self._con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch")
-                finally:
-                    self._con.unregister("_batch")
+    def _insert_one_by_one(self, table: str, rows: list[dict]) -> int:
+        written = 0
+        for row in rows:
+            try:
+                self._insert(table, [row])
+                written += 1
+            except Exception as exc:  # noqa: BLE001 - counted, with the error
+                self._lose(table, 1, str(exc).splitlines()[0])
+        return written
 
-            if self._guard(insert, f"{len(rows)} rows into {table}"):
-                self.rows_written += len(rows)
-
-    def _guard(self, fn, what: str) -> bool:
+    def _insert(self, table: str, rows: list[dict]) -> None:
+        self._con.register("_batch", pd.DataFrame(rows))
         try:
-            fn()
-            return True
-        except Exception as exc:  # noqa: BLE001 - the writer must outlive one bad batch
-            self.last_error = f"{what}: {exc}"
-            logger.error("store write failed: %s", self.last_error)
-            return False
+            self._con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch")
+        finally:
+            self._con.unregister("_batch")
+
+    def _lose(self, table: str, n_rows: int, error: str) -> None:
+        with self._count_lock:
+            self.rows_lost[table] += n_rows
+            self.errors[table] = error
+            self.last_error = f"{table}: {error}"
+        logger.error("store lost %d row(s) of %s: %s", n_rows, table, error)

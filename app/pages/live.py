@@ -39,7 +39,8 @@ def live(selected: str) -> None:
     if row is None:
         return  # the run's row comes with its first tick
     data = views.live_data(cur, row, st.session_state.setdefault("_live_cache", {}))
-    views.header(row, live=is_current and row["status"] == "running")
+    views.header(row, live=is_current and row["status"] == "running", history=data.history,
+                 store_health=store().writer.health() if is_current else None)
     views.summary_metrics(row["summary"])
     views.gauges(data)
     views.run_charts(data)

@@ -206,9 +206,10 @@ def test_cliff_vs_slope_draws_both_runs_on_shared_axes(db):
     specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
     latency = [s for s in specs if s["title"] == "Frame latency vs budget"]
     assert len(latency) == 2
-    assert latency[0]["layer"][0]["encoding"]["y"]["scale"] == \
-        latency[1]["layer"][0]["encoding"]["y"]["scale"]
-    assert latency[0]["layer"][0]["encoding"]["x"]["scale"]["domain"] == [0.0, 15.0]
+    lines = [next(layer for layer in spec["layer"] if "strokeDash" in layer["encoding"])
+             for spec in latency]
+    assert lines[0]["encoding"]["y"]["scale"] == lines[1]["encoding"]["y"]["scale"]
+    assert lines[0]["encoding"]["x"]["scale"]["domain"] == [0.0, 15.0]
 
 
 def test_collapse_table_counts_stalled_runs_per_policy(db):
@@ -302,3 +303,30 @@ def test_incremental_live_refresh_adds_up_to_the_full_scan(db):
         return wall.sort_values(["session_id", "t"]).reset_index(drop=True)
 
     pd.testing.assert_frame_equal(cells(incremental.wall), cells(full.wall))
+
+
+# --- truth you can see (issue 12) ---------------------------------------------------------------
+def test_live_page_marks_the_stall_and_names_the_live_change_in_the_header(db):
+    from runtime.config import ScheduledChange
+
+    finished_twin_run(db, sessions=12, duration_s=6.0, policy="window", window=128,
+                      changes=(ScheduledChange.parse("1:window=64"),
+                               ScheduledChange.parse("2:sinks=32")))
+    at = page()
+    captions = " ".join(c.value for c in at.caption)
+    assert "window W=64 S=32" in captions  # the settings in force now, not the start-up ones
+    assert "Live changes: W 128 → 64 at 1.0 s; S 0 → 32 at 2.0 s" in captions
+    cliff = finished_twin_run(db, sessions=12, duration_s=6.0)  # unbounded: stalls at ~1 s
+    at = page()
+    assert not at.exception and not at.error
+    specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+
+    def shaded(spec):  # a stall span: a red rect layer (Streamlit ships the data apart)
+        return any(layer.get("mark", {}).get("opacity") == 0.18 for layer in spec.get("layer", []))
+
+    titles = {s["title"] if isinstance(s["title"], str) else s["title"]["text"]
+              for s in specs if shaded(s)}
+    assert titles == {"Frame latency vs budget", "KV pool occupancy", "Silent frames per second",
+                      "Live sessions and cap"}
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["p95 (truth)"] == "> 80 ms (censored)", (cliff, metrics)

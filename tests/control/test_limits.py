@@ -4,7 +4,7 @@ import pytest
 
 from control.admission import Gate, MemoryGuard, MemoryGuardConfig
 from control.limits import (AIMDConfig, AIMDLimit, FixedLimit, GradientConfig, GradientLimit,
-                            WindowedLimit)
+                            Limit, WindowedLimit, make_limit)
 from control.signals import OccupancyTracker
 
 
@@ -72,16 +72,37 @@ def test_memory_guard_projects_the_fill_over_the_lifetime():
     assert not guard.admits(0.8, 8, 0.0, 0.1, lifetime_s=1e9)
 
 
-def test_gate_rejects_with_reasons_and_releases():
+def test_gate_grants_tickets_rejects_with_reasons_and_releases():
     gate = Gate(FixedLimit(2), MemoryGuard(MemoryGuardConfig(max_plateau=0.5)))
     mem = {"rho_now": 0.0, "growth_per_session_per_s": 0.0, "plateau_per_session": 0.3,
            "lifetime_s": 10.0}
-    assert gate.acquire(mem) is None and gate.acquire(mem) == "memory_guard"  # 2 × 0.3 ≥ 0.5
-    assert gate.acquire(None) is None  # no memory signals: only the limit applies
-    assert gate.acquire(None) == "over_limit"
-    gate.release()
+    first = gate.acquire(mem)
+    assert first is not None and gate.last_rejection is None
+    assert gate.acquire(mem) is None and gate.last_rejection == "memory_guard"  # 2 × 0.3 ≥ 0.5
+    second = gate.acquire(None)  # no memory signals: only the limit applies
+    assert second is not None and second != first
+    assert gate.acquire(None) is None and gate.last_rejection == "over_limit"
+    gate.release(first)
     assert gate.live == 1
     assert gate.rejected == {"over_limit": 1, "memory_guard": 1} and gate.admitted == 2
+    with pytest.raises(AssertionError):
+        gate.release(first)  # a ticket is handed back once
+
+
+def test_limits_share_one_protocol_and_swap_live():
+    aimd = make_limit("aimd", 80.0, cap=8, target_fraction=0.5)
+    fixed = make_limit("fixed", 80.0, cap=8, target_fraction=0.5, overrides={"limit": 3})
+    assert isinstance(aimd, Limit) and isinstance(fixed, Limit)
+    aimd.retarget(0.25)
+    assert aimd.target_ms == 20.0
+    fixed.retarget(0.25)  # no target: ignored, the cap stays
+    assert fixed.limit == 3
+    gate, windowed = Gate(aimd), WindowedLimit(aimd, 1.0, min_samples=1)
+    gate.set_limit(fixed)
+    windowed.set_limit(fixed)
+    assert gate.limit is fixed and windowed.limit == 3
+    with pytest.raises(ValueError, match="limit 'pid' is not one of fixed, aimd, gradient"):
+        make_limit("pid", 80.0, cap=8, target_fraction=0.5)
 
 
 def test_occupancy_tracker_fits_recent_samples_only():

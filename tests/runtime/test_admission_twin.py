@@ -57,7 +57,7 @@ def test_latency_only_aimd_over_admits_unbounded_kv_and_stalls(store):
 
 
 def test_memory_guard_keeps_unbounded_kv_off_the_wall(store):
-    s = _run(store, cost=FLAT, memory_guard="on", **UNBOUNDED)
+    s = _run(store, cost=FLAT, memory_guard=True, **UNBOUNDED)
     assert not s["stalled"] and s["silent_frames"] == 0
     assert s["max_occupancy"] < 1.0
     rejects = events(store.cursor(), s["run_id"])

@@ -46,7 +46,7 @@ def test_aimd_admits_then_rejects_and_keeps_frames_on_time(window_engine, store)
 
 def test_memory_guard_keeps_unbounded_kv_from_stalling(unbounded_engine, store):
     cfg = RunConfig(load="poisson", sessions=400, arrival_rate=2.0, session_s=4.0,
-                    duration_s=10.0, memory_guard="on", seed=4, **UNBOUNDED)
+                    duration_s=10.0, memory_guard=True, seed=4, **UNBOUNDED)
     s = Runner(cfg, unbounded_engine, store).run()
     assert s["status"] == "finished", s["reason"]
     assert not s["stalled"] and s["max_occupancy"] < 1.0
@@ -55,7 +55,7 @@ def test_memory_guard_keeps_unbounded_kv_from_stalling(unbounded_engine, store):
 
 
 def test_stall_guard_recovers_a_forced_stall(unbounded_engine, store):
-    cfg = RunConfig(sessions=8, duration_s=8.0, stall_guard="on", **UNBOUNDED)
+    cfg = RunConfig(sessions=8, duration_s=8.0, stall_guard=True, **UNBOUNDED)
     s = Runner(cfg, unbounded_engine, store).run()
     assert s["status"] == "finished", s["reason"]
     assert s["stalled"] and s["evicted"] >= 1

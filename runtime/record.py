@@ -1,0 +1,121 @@
+"""Recording a run: each frame's outcome (this is where a frame's latency is decided), events,
+and the counters the summary reads.
+
+Rows go to the store's writer queue and to any observers (e.g. the Prometheus exporter); the
+run thread never waits on DuckDB. A frame is finalised once its deadline has passed (at its
+session's next frame time, or at close), so `tokens_by(deadline)` is what it had on time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from dataclasses import dataclass
+
+from engine.contract import FrameHandle
+from runtime.config import RunConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Totals:
+    """Run-wide counters: the loop keeps these, never per-frame lists (flat memory)."""
+
+    frames: int = 0
+    silent: int = 0
+    censored: int = 0  # no answer by the time the frame was finalised: latency unknown
+    late: int = 0  # answered after the deadline: the true (late) latency is known
+    on_time: int = 0
+    naive_on_time: int = 0
+    evicted: int = 0
+    rollovers: int = 0
+    overruns: int = 0
+    max_overrun_ms: float = 0.0
+    max_occupancy: float = 0.0
+
+
+class Recorder:
+    """Turns what happened into rows. One per run; used from the run thread only."""
+
+    def __init__(self, run_id: str, config: RunConfig, writer, observers=()) -> None:
+        self.run_id = run_id
+        self.config = config
+        self.writer = writer
+        self.observers = tuple(observers)  # each has observe(table, row)
+        self.totals = Totals()
+        self.t0 = 0.0  # engine clock at the run's start; set by the loop
+        self._tick_frames = 0  # frames finalised since the last tick (silent rate per tick)
+        self._tick_silent = 0
+
+    # --- rows ---------------------------------------------------------------------------------
+    def add(self, table: str, row: dict) -> None:
+        self.writer.add(table, row)
+        for observer in self.observers:
+            try:
+                observer.observe(table, row)
+            except Exception:  # noqa: BLE001 - an observer must never break the run
+                logger.exception("observer %r failed on a %s row", observer, table)
+
+    def event(self, t_rel: float, kind: str, **detail) -> None:
+        self.add("events", {
+            "run_id": self.run_id, "t": t_rel, "wall_at": dt.datetime.now(), "kind": kind,
+            "detail": json.dumps(detail, default=str)})
+
+    # --- frames -------------------------------------------------------------------------------
+    def frame(self, session_id: int, idx: int, t_sub_rel: float, handle: FrameHandle | None,
+              now: float) -> dict:
+        """Record one frame whose deadline has passed. `handle` None: the frame could not even
+        be submitted (the engine still owed the session's previous one). Returns the row.
+
+        `latency_ms` is the true latency when the frame completed by `now`, else None with
+        `censored` true: `latency_bound_ms` is then a lower bound (≥ budget), never a value."""
+        cfg = self.config
+        budget_s = cfg.budget / 1e3
+        row = {"run_id": self.run_id, "session_id": session_id, "frame_idx": idx,
+               "t_submit": t_sub_rel, "deadline": t_sub_rel + budget_s,
+               "tokens_expected": cfg.tokens_out, "skipped": handle is None}
+        if handle is None:
+            # Never submitted, never answered: its latency is unknown and at least the budget
+            # (censored); a gateway with a wait budget answers empty and calls it on time.
+            bound_ms = cfg.budget
+            naive_ms = cfg.wait_budget * cfg.budget if cfg.wait_budget else bound_ms
+            row.update(t_first=None, t_done=None, latency_ms=None, latency_bound_ms=bound_ms,
+                       censored=True, tokens_out=0, on_time=False, silent=True, complete=False,
+                       naive_latency_ms=naive_ms, naive_on_time=cfg.wait_budget is not None)
+        else:
+            deadline = handle.t_submit + budget_s
+            complete = handle.done_by(now) and handle.error is None
+            n_out = handle.tokens_by(deadline)
+            # Done by now: the true latency, late or not. Not done: all we know is that it is
+            # at least the time waited so far (≥ budget, since now is past the deadline).
+            bound_ms = ((handle.t_done if complete else now) - handle.t_submit) * 1e3
+            on_time = complete and handle.t_done <= deadline
+            naive_ms = min(bound_ms, cfg.wait_budget * cfg.budget) if cfg.wait_budget \
+                else bound_ms
+            t_first = handle.t_first
+            row.update(
+                t_first=None if t_first is None else t_first - self.t0,
+                t_done=handle.t_done - self.t0 if complete else None,
+                latency_ms=bound_ms if complete else None, latency_bound_ms=bound_ms,
+                censored=not complete, naive_latency_ms=naive_ms, tokens_out=n_out,
+                on_time=on_time, naive_on_time=naive_ms <= cfg.budget + 1e-9,
+                silent=n_out == 0, complete=complete)
+        tot = self.totals
+        tot.frames += 1
+        tot.silent += row["silent"]
+        tot.on_time += row["on_time"]
+        tot.censored += row["censored"]
+        tot.late += row["complete"] and not row["on_time"]
+        tot.naive_on_time += bool(row["naive_on_time"])
+        self._tick_frames += 1
+        self._tick_silent += row["silent"]
+        self.add("frames", row)
+        return row
+
+    def take_tick_silent_rate(self) -> float | None:
+        """Share of the frames finalised since the last call that were silent (None: none)."""
+        rate = self._tick_silent / self._tick_frames if self._tick_frames else None
+        self._tick_frames = self._tick_silent = 0
+        return rate

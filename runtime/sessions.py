@@ -1,0 +1,247 @@
+"""Session lifecycle: open on an admitted arrival, one frame per period, rollover before
+max_model_len, close (ended, source ended, error, evicted by the stall guard).
+
+A session's source advances every period whether or not the engine keeps up (speech does not
+wait); a frame that finds the previous one still owed is recorded as skipped (silent).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from control.admission import Ticket
+from engine.contract import Engine, FrameHandle
+from load_gen import make_frame_source
+from runtime.config import RunConfig
+from runtime.record import Recorder
+
+logger = logging.getLogger(__name__)
+
+# Closes that are part of a session's normal life; others are recorded as `close` events.
+QUIET_CLOSES = ("session ended", "run ended", "source ended")
+
+
+@dataclass
+class Session:
+    session_id: int
+    ticket: Ticket
+    start: float  # run-relative seconds of its first frame
+    end: float
+    frames: object  # a load_gen frame source
+    history: deque  # last W input tokens (rollover prompt); bounded
+    sinks: list  # the session's first S input tokens (rollover prompt); bounded by S
+    sink_target: int  # S when it opened, lowered by live S shrinks (sinks only shrink)
+    inputs_seen: int = 0  # input tokens so far (to tell sinks and history apart early on)
+    kv_tokens: int = 0  # tokens the engine holds for it (grows by in + out − 1 per frame)
+    frame_idx: int = 0
+    inflight: FrameHandle | None = None
+    record: tuple | None = None  # (frame_idx, handle) awaiting finalisation
+    tokens_seen: int = 0  # tokens of the in-flight handle already counted in a tick
+    max_blocks: int = 0
+
+
+class Sessions:
+    """The live sessions of one run and everything that happens to them."""
+
+    def __init__(self, config: RunConfig, engine: Engine, recorder: Recorder, gate,
+                 control, load) -> None:
+        self.config = config
+        self.engine = engine
+        self.recorder = recorder
+        self.gate = gate
+        self.control = control  # WindowedLimit: sees every finalised frame's latency
+        self._load = load
+        self._frame_s = config.frame_ms / 1e3
+        self._budget_s = config.budget / 1e3
+        self.live: dict[int, Session] = {}
+        self.max_blocks_closed = 0
+        self.tokens_unticked = 0  # tokens of replaced in-flight frames, for the next tick
+
+    # --- open ---------------------------------------------------------------------------------
+    def open(self, session_id: int, ticket: Ticket, t_rel: float) -> float:
+        """Open an admitted session; returns the run-relative time of its first frame."""
+        cfg = self.config
+        if cfg.stagger:
+            start = t_rel + (session_id % 8) / 8 * self._frame_s if cfg.load == "fixed" else t_rel
+        else:
+            start = math.ceil(t_rel / self._frame_s - 1e-9) * self._frame_s  # next tick
+        end = start + cfg.session_s if cfg.session_s else math.inf
+        source = make_frame_source(self._load, session_id, self.engine.vocab_size,
+                                   cfg.tokens_in)
+        session = Session(session_id, ticket, start, end, source,
+                          deque(maxlen=self.history_tokens()), [],
+                          self.engine.policy.sink_tokens)
+        self.engine.open(session_id)
+        self.live[session_id] = session
+        return start
+
+    # --- one frame ----------------------------------------------------------------------------
+    def on_frame(self, session_id: int, t_rel: float) -> float | None:
+        """The session's frame time: finalise the previous frame, submit this one. Returns the
+        time of its next frame, or None when the session is gone."""
+        cfg = self.config
+        session = self.live.get(session_id)
+        if session is None:
+            return None
+        now = self.engine.now()
+        failed = session.inflight is not None and session.inflight.error not in (None, "closed")
+        self._finalise(session, now)
+        if failed:
+            # One session's error ends that session only; the engine-wide case is caught at
+            # the tick (engine.error()) and fails the run.
+            self.close(session, t_rel, f"session error: {session.inflight.error}")
+            return None
+        if t_rel >= session.end - 1e-9:
+            self.close(session, t_rel, "session ended")
+            return None
+        # The source advances every period, served or not: speech does not wait for the engine.
+        frame = session.frames.next_frame(self._frame_s)
+        if frame is None:
+            self.close(session, t_rel, "source ended")
+            return None
+        idx = session.frame_idx
+        session.frame_idx += 1
+        # From the start time, not by adding periods: no drift against the tick grid.
+        next_at = session.start + session.frame_idx * self._frame_s
+        if session.inflight is not None and not session.inflight.done_by(now):
+            # The engine still owes the previous frame: this one cannot even be submitted.
+            self._record(session, idx, t_rel, None, now)
+            return next_at
+        tokens = frame.token_ids
+        prompt = tokens
+        max_len = self.engine.max_model_len
+        if max_len is not None and session.kv_tokens + len(tokens) + cfg.tokens_out >= max_len:
+            if not self._rollover(session, t_rel):
+                return None
+            prompt = self.rollover_prompt(session) + tokens
+        session.history.extend(tokens)
+        if len(session.sinks) < session.sink_target:
+            session.sinks.extend(tokens[:session.sink_target - len(session.sinks)])
+        session.inputs_seen += len(tokens)
+        self.tokens_unticked += self.new_tokens(session)
+        handle = self.engine.submit(session_id, prompt, cfg.tokens_out)
+        session.kv_tokens += len(prompt) + cfg.tokens_out - 1
+        session.max_blocks = max(session.max_blocks, self._resident_blocks(session.kv_tokens))
+        session.inflight, session.record, session.tokens_seen = handle, (idx, handle), 0
+        return next_at
+
+    def _finalise(self, session: Session, now: float, keep_early: bool = True) -> None:
+        if session.record is None:
+            return
+        idx, handle = session.record
+        session.record = None
+        if not keep_early and now < handle.t_submit + self._budget_s:
+            return  # cut off by the run's end before its deadline: neither late nor silent
+        self._record(session, idx, handle.t_submit - self.recorder.t0, handle, now)
+
+    def _record(self, session: Session, idx: int, t_sub_rel: float,
+                handle: FrameHandle | None, now: float) -> None:
+        row = self.recorder.frame(session.session_id, idx, t_sub_rel, handle, now)
+        # A censored frame is a drop for the limit whatever its bound says (silent or late).
+        self.control.add(now, row["latency_bound_ms"], row["silent"] or row["censored"])
+
+    # --- what a tick reads --------------------------------------------------------------------
+    @staticmethod
+    def new_tokens(session: Session) -> int:
+        """Tokens of the session's in-flight frame not yet counted by a tick."""
+        if session.inflight is None:
+            return 0
+        n = len(session.inflight.token_times)
+        new, session.tokens_seen = n - session.tokens_seen, n
+        return new
+
+    def tick_counts(self, now: float) -> tuple[int, int]:
+        """(tokens out since the last tick, frames owed): owed means submitted at least half a
+        frame ago and not done (a frame submitted just now is not late yet)."""
+        tokens, self.tokens_unticked = self.tokens_unticked, 0
+        owed = 0
+        for session in self.live.values():
+            tokens += self.new_tokens(session)
+            handle = session.inflight
+            if handle is not None and not handle.done_by(now) \
+                    and handle.t_submit <= now - self._frame_s / 2:
+                owed += 1
+        return tokens, owed
+
+    def max_resident_blocks(self) -> int:
+        return max([self.max_blocks_closed] + [s.max_blocks for s in self.live.values()])
+
+    # --- W and history ------------------------------------------------------------------------
+    def history_tokens(self) -> int:
+        """Input tokens a session keeps on the host for its rollover prompt: the live W."""
+        policy = self.engine.policy
+        return policy.window_tokens if policy.kind == "window" else self.config.tokens_in
+
+    def follow_policy(self) -> None:
+        """After a live W/S change: rollover prompts follow the new W; sinks only shrink (the
+        engine freed the rest, as vLLM's carried state does)."""
+        sinks = self.engine.policy.sink_tokens
+        for session in self.live.values():
+            session.history = deque(session.history, maxlen=self.history_tokens())
+            session.sink_target = min(session.sink_target, sinks)
+            del session.sinks[session.sink_target:]
+
+    @staticmethod
+    def rollover_prompt(session: Session) -> list[int]:
+        """What a rolled-over session starts from: its first S tokens (the sinks) and its last
+        W, as the KV it held (DESIGN: sinks + window). Early on the two overlap: no repeats."""
+        overlap = max(0, len(session.sinks) + len(session.history) - session.inputs_seen)
+        return session.sinks + list(session.history)[overlap:]
+
+    def _resident_blocks(self, kv_tokens: int) -> int:
+        bs = self.config.block_size
+        cap = self.engine.policy.blocks_per_session(bs)
+        blocks = math.ceil(kv_tokens / bs)
+        return blocks if cap is None else min(blocks, cap)
+
+    def _rollover(self, session: Session, t_rel: float) -> bool:
+        """Before a session reaches max_model_len: reopen it with its last W tokens (window),
+        or end it (unbounded has nothing to keep). Returns False when the session ended."""
+        if self.engine.policy.kind != "window":
+            self.close(session, t_rel, "max_model_len")
+            return False
+        self.engine.close(session.session_id)
+        self.engine.open(session.session_id)
+        session.kv_tokens = 0
+        session.inflight = None
+        self.recorder.totals.rollovers += 1
+        self.recorder.event(t_rel, "rollover", session_id=session.session_id,
+                            prompt_tokens=len(self.rollover_prompt(session)),
+                            sink_tokens=len(session.sinks))
+        return True
+
+    # --- close --------------------------------------------------------------------------------
+    def close(self, session: Session, t_rel: float, why: str) -> None:
+        self._finalise(session, self.engine.now(), keep_early=why != "run ended")
+        close_source = getattr(session.frames, "close", None)  # sources with a device only
+        if close_source is not None:
+            close_source()  # e.g. releases a microphone stream now, not at garbage collection
+        self.engine.close(session.session_id)
+        self.live.pop(session.session_id, None)
+        self.max_blocks_closed = max(self.max_blocks_closed, session.max_blocks)
+        self.gate.release(session.ticket)
+        if why not in QUIET_CLOSES:
+            self.recorder.event(t_rel, "close", session_id=session.session_id, reason=why)
+
+    def close_all(self, t_rel: float) -> None:
+        for session in list(self.live.values()):
+            try:
+                self.close(session, t_rel, "run ended")
+            except Exception:  # noqa: BLE001 - keep closing the others
+                logger.exception("closing session %s", session.session_id)
+
+    def evict_largest(self, t_rel: float) -> bool:
+        """Stall guard: evict the session holding the most KV (frees the most blocks).
+        False when there was none to evict."""
+        if not self.live:
+            return False
+        victim = max(self.live.values(), key=lambda s: (s.kv_tokens, -s.session_id))
+        self.recorder.totals.evicted += 1
+        self.recorder.event(t_rel, "evict", session_id=victim.session_id,
+                            reason="stall guard: pool stalled, evicted the largest session",
+                            kv_tokens=victim.kv_tokens)
+        self.close(victim, t_rel, "evicted by stall guard")
+        return True

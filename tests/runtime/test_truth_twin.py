@@ -1,0 +1,130 @@
+"""Issue 12 on the twin: censored latency, live changes as history, rollover with sinks."""
+
+import json
+
+import pytest
+
+from engine.twin import CostModel, TwinEngine
+from runtime import RunConfig, Runner, execute
+from runtime.config import ScheduledChange
+from store.queries import events, frame_counts, frame_percentiles
+
+LOAD = dict(engine="twin", pool_blocks=64, sessions=12, duration_s=10.0, frame_ms=80.0)
+
+
+def test_late_frames_keep_their_true_latency_and_unanswered_ones_are_censored(store):
+    # 14 ms steps (+0.3 ms a token), 5 sessions, a 60 ms budget on 80 ms frames: most frames
+    # come back after their deadline but before the next frame time (their latency is known
+    # and late); some are still owed then (censored) and their successors skipped.
+    slow = CostModel(a_ms=14.0, b_ms_per_token=0.3)
+    cfg = RunConfig(policy="window", window=64, engine="twin", pool_blocks=256, sessions=5,
+                    duration_s=4.0, frame_ms=80.0, budget_ms=60.0)
+    s = Runner(cfg, TwinEngine(cfg.engine_config(), slow), store).run()
+    rows = store.cursor().execute(
+        "SELECT latency_ms, latency_bound_ms, censored, complete, on_time FROM frames "
+        "WHERE run_id = ?", [s["run_id"]]).df()
+    late = rows[rows.complete & ~rows.on_time]
+    assert len(late) > 0 and (late.latency_ms > 60.0).all()  # true late latencies, not 60
+    assert s["late_frames"] == len(late)
+    censored = rows[rows.censored]
+    assert censored.latency_ms.isna().all() and (censored.latency_bound_ms >= 60.0).all()
+    assert len(censored) > 0 and s["censored_frames"] == len(censored)
+
+
+def test_percentiles_are_censored_only_where_their_rank_is(store):
+    s = execute(RunConfig(policy="unbounded", **LOAD), store)
+    q = frame_percentiles(store.cursor(), s["run_id"])
+    share = s["censored_frames"] / s["frames"]
+    for name, p in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
+        # The rank p·(n−1) is among the censored frames when p > 1 − share (ties aside).
+        if p > 1 - share + 0.01:
+            assert q[f"{name}_censored"] and q[f"{name}_ms"] is None, name
+        elif p < 1 - share - 0.01:
+            assert not q[f"{name}_censored"] and q[f"{name}_ms"] is not None, name
+
+
+def test_scheduled_changes_are_history_in_the_summary_and_the_store(store):
+    cfg = RunConfig(policy="window", window=128, **LOAD,
+                    changes=(ScheduledChange.parse("4:window=32"),
+                             ScheduledChange.parse("6:target=0.5"),
+                             ScheduledChange.parse("7:stall_guard=on")))
+    s = execute(cfg, store)
+    assert s["window"] == 32 and s["settings_at_start"]["window"] == 128
+    assert s["target"] == 0.5 and s["stall_guard"] is True
+    assert [c["change"] for c in s["changes"]] == [
+        "W 128 → 32", "target 0.80 → 0.50", "stall guard off → on"]
+    assert 4.0 <= s["changes"][0]["t"] <= 4.0 + 0.08  # applied at the tick it came due
+    hist = store.cursor().execute(
+        "SELECT t, setting, window_tokens, target, stall_guard FROM settings_history "
+        "WHERE run_id = ? ORDER BY t", [s["run_id"]]).df()
+    assert list(hist.setting) == ["start", "policy", "target", "stall_guard"]
+    assert list(hist.window_tokens) == [128, 32, 32, 32]
+    ticks = store.cursor().execute(
+        "SELECT t, window_tokens, used_blocks FROM ticks WHERE run_id = ? ORDER BY t",
+        [s["run_id"]]).df()
+    assert (ticks[ticks.t < 4].window_tokens == 128).all()
+    assert (ticks[ticks.t > 4.1].window_tokens == 32).all()
+    # Occupancy falls under the new bound: 12 sessions × (ceil(32/32) + 1 + 1) blocks.
+    assert ticks[ticks.t > 4.5].used_blocks.max() <= 12 * 3
+
+
+def test_a_change_the_engine_cannot_take_is_recorded_not_fatal(store):
+    cfg = RunConfig(policy="window", window=128, **LOAD,
+                    changes=(ScheduledChange.parse("2:window=16"),))  # < one block
+    s = execute(cfg, store)
+    assert s["status"] == "finished" and s["window"] == 128 and s["changes"] == []
+    ev = events(store.cursor(), s["run_id"])
+    assert "smaller than one block" in ev[ev.kind == "param_rejected"].detail.iloc[0]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("5window=32", "is not AT:KEY=VALUE"), ("5:colour=red", "change key 'colour'"),
+    ("x:window=32", "could not convert"), ("5:stall_guard=maybe", "is not one of on, off"),
+])
+def test_bad_change_specs_are_refused_with_the_reason(text, message):
+    with pytest.raises(ValueError, match=message):
+        ScheduledChange.parse(text)
+
+
+def test_a_change_after_the_end_and_an_absurd_duration_are_refused():
+    with pytest.raises(ValueError, match=r"not before the run's end \(10.0 s\)"):
+        RunConfig(**LOAD, changes=(ScheduledChange.parse("10:target=0.5"),))
+    with pytest.raises(ValueError, match=r"duration 1e\+12 s must be in \(0, 604800\]"):
+        RunConfig(engine="twin", duration_s=1e12)
+
+
+class _PromptRecorder(TwinEngine):
+    def __init__(self, config):
+        super().__init__(config, CostModel())
+        self.prompts = {}
+
+    def submit(self, session_id, token_ids, max_new):
+        self.prompts.setdefault(session_id, []).append(list(token_ids))
+        return super().submit(session_id, token_ids, max_new)
+
+
+def test_rollover_prompt_is_the_sinks_then_the_last_window(store):
+    cfg = RunConfig(policy="window", window=64, sinks=32, max_model_len=512, **LOAD)
+    engine = _PromptRecorder(cfg.engine_config())
+    s = Runner(cfg, engine, store).run()
+    assert s["rollovers"] > 0
+    prompts = engine.prompts[0]
+    inputs = [p for p in prompts if len(p) == cfg.tokens_in]
+    first = [t for p in prompts[:2] for t in p]  # the session's first 32 input tokens
+    rolled = next(i for i, p in enumerate(prompts) if len(p) > cfg.tokens_in)
+    before = [t for p in prompts[:rolled] for t in p]
+    prompt = prompts[rolled]
+    assert len(prompt) == 32 + 64 + cfg.tokens_in
+    assert prompt[:32] == first[:32]  # the sinks
+    assert prompt[32:96] == before[-64:]  # the last W inputs before the rollover
+    assert inputs  # ordinary frames go on after it
+    ev = events(store.cursor(), s["run_id"])
+    detail = json.loads(ev[ev.kind == "rollover"].detail.iloc[0])
+    assert detail["prompt_tokens"] == 96 and detail["sink_tokens"] == 32
+
+
+def test_frames_in_the_store_equal_frames_in_the_summary(store):
+    for policy in ({"policy": "unbounded"}, {"policy": "window", "window": 64}):
+        s = execute(RunConfig(**policy, **LOAD), store)
+        assert frame_counts(store.cursor(), s["run_id"])["frames"] == s["frames"]
+        assert s["rows_lost"] == 0 and s["store_errors"] == {}
