@@ -90,17 +90,23 @@ def latency_chart(df: pd.DataFrame, budget_ms: float, target_ms: float | None = 
         tooltip=[alt.Tooltip("t:Q", title="t (s)"), "series:N",
                  alt.Tooltip("value:N", title="latency")],
     )
-    band = pd.DataFrame({"lo": [band_lo], "hi": [top], "label": [MISSED_LABEL]})
-    missed = alt.Chart(band).mark_rect(color=MISSED, opacity=0.15).encode(
-        y=alt.Y("lo:Q"), y2="hi:Q")
-    missed_text = alt.Chart(band).mark_text(
-        align="left", baseline="top", dx=4, dy=2, color=MISSED, fontSize=10).encode(
-        x=alt.value(0), y=alt.Y("hi:Q"), text="label:N")
+    band = _missed_band(band_lo, top) if censored.any() else ()
     lines_df = pd.DataFrame({"label": [f"budget {budget_ms:g} ms"], "ms": [float(budget_ms)]})
     if target_ms is not None:
         lines_df.loc[1] = [f"target {target_ms:g} ms", float(target_ms)]
-    layers = [missed, missed_text, lines, *_rules(lines_df, "ms")]
+    layers = [*band, lines, *_rules(lines_df, "ms")]
     return alt.layer(*layers, *mark_layers(marks, x_domain)).properties(title=title)
+
+
+def _missed_band(lo: float, hi: float) -> tuple[alt.Chart, alt.Chart]:
+    """The red band at the top of a latency axis where censored percentiles are drawn."""
+    band = pd.DataFrame({"lo": [lo], "hi": [hi], "label": [MISSED_LABEL]})
+    rect = alt.Chart(band).mark_rect(color=MISSED, opacity=0.15).encode(
+        y=alt.Y("lo:Q"), y2="hi:Q")
+    text = alt.Chart(band).mark_text(
+        align="left", baseline="top", dx=4, dy=2, color=MISSED, fontSize=10).encode(
+        x=alt.value(0), y=alt.Y("hi:Q"), text="label:N")
+    return rect, text
 
 
 def mark_layers(marks: Marks | None, x_domain=None, with_tsat: bool = False
@@ -285,14 +291,14 @@ def _p95_and_misses(df, p95: str, misses: str, budget_ms: float, top: float, x_d
     base = alt.Chart(data).encode(_time(x_domain))
     latency = base.mark_line(point=True).encode(
         alt.Y("shown:Q", title="p95 latency (ms)", scale=alt.Scale(domain=[0, top], clamp=True)),
-        color=alt.condition("datum.censored", alt.value(MISSED), alt.value("#4c78a8")),
         tooltip=[alt.Tooltip("t:Q", title="t (s)"), alt.Tooltip("value:N", title="p95")])
+    band = _missed_band(top * 0.9, top) if any(censored) else ()
     budget = pd.DataFrame({"label": [f"budget {budget_ms:g} ms"], "ms": [float(budget_ms)]})
     miss = base.mark_bar(color="darkorange").encode(
         alt.Y("misses:Q", title="deadline misses", scale=alt.Scale(domain=[0, 1]),
               axis=alt.Axis(format="%")),
         tooltip=[alt.Tooltip("t:Q", title="t (s)"), alt.Tooltip("misses:Q", format=".1%")])
-    return alt.vconcat(alt.layer(latency, *_rules(budget, "ms")).properties(height=160),
+    return alt.vconcat(alt.layer(latency, *band, *_rules(budget, "ms")).properties(height=160),
                        miss.properties(height=100), title=title)
 
 

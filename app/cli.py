@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--stall-guard", choices=["on", "off"], default="off")
     run.add_argument("--memory-guard", choices=["on", "off"], default="off",
                      help="refuse sessions the pool could not hold for their lifetime")
+    run.add_argument("--change", action="append", default=[], metavar="AT:KEY=VALUE",
+                     help="change a setting live at AT seconds, as the Controls page does "
+                          "(repeatable): window, sinks, policy, target, limit, stall_guard; "
+                          "e.g. --change 5:window=32 --change 10:target=0.5")
     run.add_argument("--vllm-arg", action="append", default=[], metavar="KEY=VALUE",
                      help="pass an engine argument to vLLM (repeatable)")
 
@@ -129,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_config_from_args(args) -> "RunConfig":  # noqa: F821 - imported lazily
     from engine.config import parse_vllm_args
-    from runtime.config import RunConfig
+    from runtime.config import RunConfig, ScheduledChange
 
     return RunConfig(
         engine=args.engine, model=args.model, seed=args.seed, policy=args.policy,
@@ -144,7 +148,8 @@ def run_config_from_args(args) -> "RunConfig":  # noqa: F821 - imported lazily
         target=args.target, stall_guard=args.stall_guard == "on",
         memory_guard=args.memory_guard == "on",
         paced=args.paced,
-        vllm_args=parse_vllm_args(args.vllm_arg))
+        vllm_args=parse_vllm_args(args.vllm_arg),
+        changes=tuple(ScheduledChange.parse(text) for text in args.change))
 
 
 def _cmd_run(args) -> int:
@@ -185,10 +190,19 @@ def _stdout_for_json():
 
 
 def _human(summary: dict) -> str:
-    keys = ("run_id", "status", "reason", "engine", "policy", "frames", "silent_rate",
-            "on_time_rate", "naive_on_time_rate", "p50_ms", "p95_ms", "p99_ms",
-            "max_occupancy", "stalled", "stall_at_s", "tsat_pred_s")
-    return "\n".join(f"{k:>20}: {summary.get(k)}" for k in keys)
+    keys = ("run_id", "status", "reason", "engine", "policy", "window", "sinks", "frames",
+            "silent_rate", "censored_frames", "on_time_rate", "naive_on_time_rate", "p50_ms",
+            "p95_ms", "p99_ms", "max_occupancy", "stalled", "stall_at_s", "tsat_pred_s",
+            "rows_lost")
+
+    def shown(key):
+        if key.endswith("_ms") and summary.get(key.replace("_ms", "_censored")):
+            return f"> {summary['budget_ms']:g} (censored: no answer)"
+        return summary.get(key)
+
+    lines = [f"{k:>20}: {shown(k)}" for k in keys]
+    lines += [f"{'change':>20}: {c['change']} at {c['t']:g} s" for c in summary["changes"]]
+    return "\n".join(lines)
 
 
 def _cmd_fit(args) -> int:

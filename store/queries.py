@@ -242,17 +242,22 @@ def settings_history(cur, run_id: str) -> pd.DataFrame:
 
 
 def tsat_prediction(cur, run_id: str, rho_made: float = 0.5) -> dict | None:
-    """The t_sat prediction to mark: the one made at the first tick where ρ reached
-    `rho_made` with a rising fit (or the last one made, when ρ never got there). None when
-    no tick ever predicted saturation."""
-    row = cur.execute(
-        """
-        SELECT t, occupancy, tsat_s FROM ticks
-        WHERE run_id = ? AND tsat_s IS NOT NULL AND isfinite(tsat_s) AND occupancy < 0.999
-        ORDER BY (occupancy >= ?) DESC, CASE WHEN occupancy >= ? THEN t ELSE -t END
-        LIMIT 1
-        """, [run_id, rho_made, rho_made]).fetchone()
-    if row is None:
+    """The t_sat prediction to mark on the occupancy chart. When the pool filled (ρ ≥ 0.99),
+    the one made at the first tick where ρ reached `rho_made` with a rising fit (what it said
+    against what happened); when it did not, the last tick's, if it still predicted one (the
+    pool is still filling). None otherwise: a bounded pool that levelled has no saturation."""
+    filled = cur.execute("SELECT max(occupancy) >= 0.99 FROM ticks WHERE run_id = ?",
+                         [run_id]).fetchone()[0]
+    if filled:
+        row = cur.execute(
+            "SELECT t, occupancy, tsat_s FROM ticks WHERE run_id = ? AND tsat_s IS NOT NULL "
+            "AND isfinite(tsat_s) AND occupancy >= ? AND occupancy < 0.99 ORDER BY t LIMIT 1",
+            [run_id, rho_made]).fetchone()
+    else:
+        row = cur.execute(
+            "SELECT t, occupancy, tsat_s FROM ticks WHERE run_id = ? ORDER BY t DESC LIMIT 1",
+            [run_id]).fetchone()
+    if row is None or row[2] is None or not math.isfinite(row[2]):
         return None
     t, rho, tsat = (float(x) for x in row)
     return {"t_made": t, "rho_made": rho, "t_full": t + tsat,

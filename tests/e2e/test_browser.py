@@ -103,3 +103,39 @@ def test_start_watch_and_change_w_in_a_browser(console):
             timeout=10_000)
         page.screenshot(path=str(ARTIFACTS / "controls-w-changed.png"), full_page=True)
         browser.close()
+
+
+def test_cliff_and_slope_read_truthfully_in_a_browser(tmp_path):
+    """A recorded cliff and slope (twin, recorded by the CLI) opened on the Live page: the
+    cliff's p95 reads "> budget" and its stall is labelled; the slope's p95 is a number.
+    Screenshots under artifacts/e2e/ (the vLLM pair is taken with scripts/screenshots.py)."""
+    import json as json_
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from playwright.sync_api import expect, sync_playwright
+    from screenshots import ARGS as SHOT_ARGS
+    from screenshots import VIEWPORT, console as shot_console, show_run
+
+    db = str(tmp_path / "pair.duckdb")
+    ids = {}
+    for name, policy in (("cliff", ["--policy", "unbounded"]),
+                         ("slope", ["--policy", "window", "--window", "128",
+                                    "--change", "3:window=64"])):
+        done = subprocess.run([sys.executable, "-m", "app.cli", "run", "--engine", "twin",
+                               "--json", "--db", db, "--pool-blocks", "64", "--sessions", "12",
+                               "--duration", "6", *policy], capture_output=True, text=True,
+                              timeout=120, cwd=ROOT)
+        assert done.returncode == 0, done.stderr[-2000:]
+        ids[name] = json_.loads(done.stdout)["run_id"]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with shot_console(db) as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=SHOT_ARGS)
+        page = browser.new_page(viewport=VIEWPORT)
+        show_run(page, url, ids["cliff"])
+        expect(page.get_by_text("> 80 ms").first).to_be_visible()
+        page.screenshot(path=str(ARTIFACTS / "cliff.png"), full_page=True)
+        show_run(page, url, ids["slope"])
+        expect(page.get_by_text("Live changes: W 128 → 64 at 3.0 s")).to_be_visible()
+        assert page.get_by_text("> 80 ms").count() == 0
+        page.screenshot(path=str(ARTIFACTS / "slope.png"), full_page=True)
+        browser.close()

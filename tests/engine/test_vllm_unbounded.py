@@ -29,6 +29,10 @@ def test_sessions_outgrow_the_pool_and_go_silent(engine, store):
     assert (stalled.running == 0).all()  # no running request, no error, no preemption
     assert s["tsat_pred_s"] is not None
     assert frame_counts(store.cursor(), s["run_id"])["frames"] == s["frames"]
+    # After the stall no frame is answered: its latency is unknown, and so is the p95 (its rank
+    # is among those frames): reported as censored, never as the budget.
+    assert s["censored_frames"] > 0 and s["p95_censored"] and s["p95_ms"] is None
+    assert s["rows_lost"] == 0
 
 
 def test_wait_budget_keeps_naive_metrics_green_while_frames_are_silent(engine, store):
