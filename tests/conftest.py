@@ -14,4 +14,15 @@ def store(tmp_path):
 
     s = Store(str(tmp_path / "test.duckdb"))
     yield s
+    # Every run that ended normally has exactly the frames its summary counts, minus the rows
+    # the store reported lost (issue 12: nothing lost without a word).
+    s.writer.flush()
+    mismatched = s.cursor().execute(
+        """
+        SELECT r.run_id, CAST(json_extract(r.summary, '$.frames') AS INTEGER) AS claimed,
+               (SELECT count(*) FROM frames f WHERE f.run_id = r.run_id) AS stored,
+               coalesce(CAST(json_extract(r.summary, '$.rows_lost') AS INTEGER), 0) AS lost
+        FROM runs r WHERE r.status IN ('finished', 'aborted') AND r.summary IS NOT NULL
+        """).df().query("claimed != stored and lost == 0")
     s.close()
+    assert mismatched.empty, mismatched.to_dict("records")
