@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import threading
 from abc import ABC, abstractmethod
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 POLICIES = ("unbounded", "window")
@@ -179,6 +180,17 @@ class Engine(ABC):
     def set_policy(self, policy: KVPolicy) -> bool:
         """Change the KV policy live. Returns False when this backend needs a restart for it."""
         return False
+
+    def begin_policy_change(self, policy: KVPolicy) -> Future:
+        """Start a live KV change without waiting for it: the future resolves to what
+        `set_policy` returns (or its exception). A refusal known at once is a ValueError here.
+        Backends whose change takes engine time override this; the default applies at once."""
+        future: Future = Future()
+        try:
+            future.set_result(self.set_policy(policy))
+        except Exception as exc:  # noqa: BLE001 - handed to the caller through the future
+            future.set_exception(exc)
+        return future
 
     def drain_step_stats(self) -> list[dict]:
         """Per-step samples since the last call: t, step_ms, prompt_tokens, gen_tokens,

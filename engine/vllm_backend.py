@@ -11,6 +11,7 @@ are not a stable API, so `_PoolProbe` is the only place that reads them).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import logging
 import os
@@ -259,20 +260,26 @@ class VLLMEngine(Engine):
         return None
 
     def set_policy(self, policy: KVPolicy) -> bool:
-        """Move W and S between two engine steps: the KV manager frees what the new values
-        drop at once; running requests keep what they hold and their window refills."""
+        """Move W and S between two engine steps (waits for it; the runtime uses
+        begin_policy_change and keeps ticking): the KV manager frees what the new values drop
+        at once; running requests keep what they hold and their window refills."""
+        return self.begin_policy_change(policy).result(timeout=30)
+
+    def begin_policy_change(self, policy: KVPolicy) -> concurrent.futures.Future:
         refusal = self.policy_change_refusal(policy)
         if refusal:
             raise ValueError(refusal)
         policy.check_block_size(self.config.block_size)
         if policy.kind == "unbounded":
-            return True
-        call = self._llm.engine_core.call_utility_async(
-            "metronome_set_sinks", policy.window_tokens, policy.sink_tokens)
+            return super().begin_policy_change(policy)
+        return asyncio.run_coroutine_threadsafe(self._set_sinks(policy), self._loop)
+
+    async def _set_sinks(self, policy: KVPolicy) -> bool:
+        """On the engine's own loop: one utility call into the engine core, which applies the
+        setting between two steps; the run thread is not waiting on it."""
         try:
-            result = asyncio.run_coroutine_threadsafe(call, self._loop).result(timeout=30)
-        except TimeoutError:
-            raise
+            result = await self._llm.engine_core.call_utility_async(
+                "metronome_set_sinks", policy.window_tokens, policy.sink_tokens)
         except Exception as exc:  # noqa: BLE001 - vLLM returns utility failures as Exception
             raise RuntimeError(f"vLLM refused W/S: {exc}") from exc
         self._policy = policy

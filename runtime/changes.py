@@ -4,10 +4,15 @@ or the stall guard change while a run is running.
 Shape of a change:
 
     any thread     LiveChanges.request(window=32)   validate now (ValueError, one line), queue
-    run thread     LiveChanges.apply_pending(t)     at the next tick, in order; the engine is
-                                                    asked (engine.set_policy) for W/S/policy
-                                                    and may refuse; each outcome is an event
-                                                    `param_change` or `param_rejected`
+    run thread     LiveChanges.apply_pending(t)     at the next tick, in order: target, limit
+                                                    and stall guard at once; a W/S/policy
+                                                    change is started in the engine
+                                                    (engine.begin_policy_change, a future) and
+                                                    the tick goes on submitting frames
+    run thread     LiveChanges.apply_pending(t')    a later tick finds the future done: the
+                                                    outcome is an event `param_change` (with
+                                                    requested_t and confirm_ms) or
+                                                    `param_rejected`; one KV change at a time
 
 The live values (target, stall guard, the limit through the gate) are read by the loop from
 here; nothing else writes them.
@@ -17,6 +22,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from concurrent.futures import wait
 
 from control.limits import Limit, WindowedLimit, make_limit
 from engine.contract import Engine, KVPolicy
@@ -60,6 +67,9 @@ class LiveChanges:
         self.stall_guard = config.stall_guard
         self.history: list[dict] = []  # applied changes, in order: t, setting, change, old, new
         self._queue: list[tuple[str, object]] = []
+        # A KV change under way: (future, policy, old policy, requested t_rel, perf_counter at
+        # the request, [perf_counter when the engine confirmed]).
+        self._pending: tuple | None = None
         self._lock = threading.Lock()
 
     # --- the record of settings ---------------------------------------------------------------
@@ -97,7 +107,7 @@ class LiveChanges:
             raise ValueError(f"unknown setting(s) {', '.join(unknown)}")
         queued, done = [], []
         if {"window", "sinks", "policy"} & set(change):
-            old = self.engine.policy
+            old = self._policy_ahead()  # a change builds on the ones already on their way
             policy = KVPolicy(change.get("policy", old.kind),
                               change.get("window", old.window_tokens),
                               change.get("sinks", old.sink_tokens))
@@ -127,48 +137,104 @@ class LiveChanges:
             self._queue.extend(queued)
         return "applied at the next tick: " + "; ".join(done)
 
+    def _policy_ahead(self) -> KVPolicy:
+        """The KV policy the engine will have once every queued or pending change is in."""
+        with self._lock:
+            queued = [value for key, value in self._queue if key == "policy"]
+        if queued:
+            return queued[-1]
+        if self._pending is not None:
+            return self._pending[1]
+        return self.engine.policy
+
     # --- run thread ---------------------------------------------------------------------------
     def apply_pending(self, t_rel: float) -> None:
+        """At a tick: record a KV change the engine confirmed since the last tick, start the
+        next queued one, apply the others (instant: no engine involved). Never waits on the
+        engine: the tick goes on submitting frames while a change is under way."""
+        self._poll(t_rel)
         with self._lock:
             changes, self._queue = self._queue, []
-        for key, value in changes:
+        for i, (key, value) in enumerate(changes):
             if key == "policy":
-                detail = self._apply_policy(value, t_rel)
-                if detail is None:
-                    continue
-            elif key == "target":
-                detail = {"old": self.target, "new": value,
-                          "change": f"target {self.target:.2f} → {value:.2f}"}
-                self.target = value
-                self.gate.limit.retarget(value)
-            elif key == "limit":
-                old = self.gate.limit
-                detail = {"old": old.kind, "new": value.kind, "cap": value.limit,
-                          "change": f"limit {old.kind} {old.limit} → {value.kind} {value.limit}"}
-                self.gate.set_limit(value)
-                self.control.set_limit(value)
+                if self._pending is not None:  # one KV change at a time, in order
+                    with self._lock:
+                        self._queue[:0] = [c for c in changes[i:] if c[0] == "policy"]
+                    changes = [c for c in changes[i:] if c[0] != "policy"]
+                    for other in changes:
+                        self._apply_instant(*other, t_rel)
+                    return
+                self._begin_policy(value, t_rel)
+                self._poll(t_rel)  # an engine that applies at once (the twin) is done now
             else:
-                detail = {"old": on_off(self.stall_guard), "new": on_off(value),
-                          "change": f"stall guard {on_off(self.stall_guard)} → {on_off(value)}"}
-                self.stall_guard = value
-            self.recorder.event(t_rel, "param_change", setting=key, **detail)
-            self.history.append({"t": round(t_rel, 3), "setting": key, "change": detail["change"],
-                                 "old": detail["old"], "new": detail["new"]})
-            self.snapshot(t_rel, key, detail["change"])
+                self._apply_instant(key, value, t_rel)
 
-    def _apply_policy(self, policy: KVPolicy, t_rel: float) -> dict | None:
+    def settle(self, t_rel: float, timeout_s: float = 30.0) -> None:
+        """At the run's end: wait (bounded) for a KV change still under way, so the summary
+        says where it landed."""
+        if self._pending is not None:
+            wait([self._pending[0]], timeout=timeout_s)
+            self._poll(t_rel)
+
+    def _apply_instant(self, key: str, value, t_rel: float) -> None:
+        if key == "target":
+            detail = {"old": self.target, "new": value,
+                      "change": f"target {self.target:.2f} → {value:.2f}"}
+            self.target = value
+            self.gate.limit.retarget(value)
+        elif key == "limit":
+            old = self.gate.limit
+            detail = {"old": old.kind, "new": value.kind, "cap": value.limit,
+                      "change": f"limit {old.kind} {old.limit} → {value.kind} {value.limit}"}
+            self.gate.set_limit(value)
+            self.control.set_limit(value)
+        else:
+            detail = {"old": on_off(self.stall_guard), "new": on_off(value),
+                      "change": f"stall guard {on_off(self.stall_guard)} → {on_off(value)}"}
+            self.stall_guard = value
+        self._record(key, detail, t_rel)
+
+    def _record(self, key: str, detail: dict, t_rel: float) -> None:
+        self.recorder.event(t_rel, "param_change", setting=key, **detail)
+        self.history.append({"t": round(t_rel, 3), "setting": key, "change": detail["change"],
+                             "old": detail["old"], "new": detail["new"]})
+        self.snapshot(t_rel, key, detail["change"])
+
+    def _begin_policy(self, policy: KVPolicy, t_rel: float) -> None:
         old = self.engine.policy
         try:
-            applied = self.engine.set_policy(policy)
+            future = self.engine.begin_policy_change(policy)
+        except (ValueError, RuntimeError) as exc:
+            self._rejected(policy, f"{type(exc).__name__}: {exc}", t_rel)
+            return
+        started, finished = time.perf_counter(), []
+        future.add_done_callback(lambda _: finished.append(time.perf_counter()))
+        self._pending = (future, policy, old, t_rel, started, finished)
+
+    def _poll(self, t_rel: float) -> None:
+        if self._pending is None or not self._pending[0].done():
+            return
+        future, policy, old, requested_t, started, finished = self._pending
+        self._pending = None
+        try:
+            applied = future.result()
             reason = "the engine refused it"
-        except (ValueError, RuntimeError, TimeoutError) as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure leaves the old policy in force
             applied, reason = False, f"{type(exc).__name__}: {exc}"
-        if not applied:  # the run goes on with the old policy; the operator sees why
-            logger.warning("KV policy change to %s failed: %s", policy_text(policy), reason)
-            self.recorder.event(t_rel, "param_rejected", setting="policy",
-                                new=policy_text(policy), reason=reason)
-            return None
+        if not applied:
+            self._rejected(policy, reason, t_rel)
+            return
         if self._on_policy is not None:
             self._on_policy()
-        return {"old": policy_text(old), "new": policy_text(policy),
-                "change": policy_change_text(old, policy)}
+        # requested_t: the tick that started it; t (the event's): the tick that saw it done.
+        self._record("policy", {
+            "old": policy_text(old), "new": policy_text(policy),
+            "change": policy_change_text(old, policy), "requested_t": round(requested_t, 3),
+            "confirm_ms": round(((finished or [time.perf_counter()])[0] - started) * 1e3, 1)},
+            t_rel)
+
+    def _rejected(self, policy: KVPolicy, reason: str, t_rel: float) -> None:
+        # The run goes on with the old policy; the operator sees why.
+        logger.warning("KV policy change to %s failed: %s", policy_text(policy), reason)
+        self.recorder.event(t_rel, "param_rejected", setting="policy",
+                            new=policy_text(policy), reason=reason)

@@ -162,6 +162,7 @@ class Runner:
         end_rel = self.engine.now() - t0
         if status == "finished":
             end_rel = min(end_rel, cfg.duration_s)
+        self.changes.settle(end_rel)
         self.sessions.close_all(end_rel)
         try:
             writer.flush(FINAL_FLUSH_TIMEOUT_S)

@@ -30,7 +30,10 @@ def test_scripted_changes_roll_over_with_sinks_and_bound_the_pool(engine, store)
     assert s["status"] == "finished", s["reason"]
     # The changes are history: in order, with their times, and the JSON ends at W = 32.
     assert [c["change"] for c in s["changes"]] == ["S 32 → 0", "W 128 → 32"]
-    assert 6.0 <= s["changes"][0]["t"] < 6.16 and 6.5 <= s["changes"][1]["t"] < 6.66
+    # Requested at the first tick at or after its time, confirmed by the engine a tick or two
+    # later (the tick does not wait for it): on the record at the tick that saw it done.
+    assert 6.0 <= s["changes"][0]["t"] < 6.0 + 3 * 0.16
+    assert 6.5 <= s["changes"][1]["t"] < 6.5 + 3 * 0.16
     assert (s["window"], s["sinks"]) == (32, 0)
     assert s["settings_at_start"]["window"] == 128
     hist = store.cursor().execute(
@@ -54,3 +57,29 @@ def test_scripted_changes_roll_over_with_sinks_and_bound_the_pool(engine, store)
     # cores a frame can be late, so only what is structural is asserted.
     assert s["censored_frames"] == 0 and not s["p95_censored"] and s["p95_ms"] is not None
     assert frame_counts(store.cursor(), s["run_id"])["frames"] == s["frames"]
+
+
+def test_the_tick_keeps_submitting_frames_while_a_change_is_applied(engine, store):
+    cfg = RunConfig(**{**LOAD, "duration_s": 6.0, "max_model_len": None},
+                    changes=(ScheduledChange.parse("2:window=64"),
+                             ScheduledChange.parse("4:window=128")))
+    s = Runner(cfg, engine, store).run()
+    ev = events(store.cursor(), s["run_id"])
+    changes = [(t, json.loads(d)) for t, d in zip(ev.t, ev.detail)
+               if json.loads(d).get("setting") == "policy"]
+    changes = [(t, d) for t, d in changes if "requested_t" in d]
+    assert len(changes) == 2
+    frames = store.cursor().execute(
+        "SELECT session_id, t_submit, skipped FROM frames WHERE run_id = ? ORDER BY t_submit",
+        [s["run_id"]]).df()
+    for seen_t, detail in changes:
+        # From the request to one frame after the tick that saw it done, every session kept
+        # its cadence: submitted (not skipped) frames no more than 1.5 frames apart. A run
+        # thread waiting on the engine would leave a gap as long as the change.
+        lo, hi = detail["requested_t"] - 0.16, seen_t + 0.16
+        during = frames[(frames.t_submit >= lo) & (frames.t_submit <= hi)]
+        assert not during.skipped.any(), during[during.skipped]
+        for _, per_session in during.groupby("session_id"):
+            gaps = per_session.t_submit.diff().dropna()
+            assert (gaps <= 1.5 * 0.16).all(), (detail, gaps.max())
+        assert detail["confirm_ms"] < 2000  # the engine answered; the tick did not wait for it
