@@ -41,9 +41,11 @@ def side_by_side(cur, rows: list[dict]) -> None:
     for col, row in zip(st.columns(len(rows)), rows):
         d = data[row["run_id"]]
         summary = json.loads(row["summary"])
-        stall = summary["stall_at_s"]
-        col.markdown(f"**{experiments.policy_label(row)}** · seed {row['seed']} · "
-                     + ("never stalled" if stall is None else f"stalled at {stall:.1f} s")
+        stall = views.stall_text(summary)
+        stall = {"never": "never stalled",
+                 "partial stall": "partial stall (some sessions starved for blocks)"}.get(
+            stall, f"stalled at {stall}")
+        col.markdown(f"**{experiments.policy_label(row)}** · seed {row['seed']} · {stall}"
                      + f" · silent {summary['silent_rate'] or 0:.1%}"
                      + f" · p95 {views.p95_text(summary)}")
         col.altair_chart(charts.latency_chart(d.frames, float(row["budget_ms"]), x_domain=x,

@@ -78,7 +78,8 @@ def policy_label(row: dict) -> str:
 
 
 def collapse_table(rows: list[dict]) -> pd.DataFrame:
-    """Per policy: k/n runs stalled, the median stall time, the mean silent-frame rate.
+    """Per policy: k/n runs stalled, partially stalled (memory-caused silence without a total
+    stall) and compute-silent, the median stall time, the mean silent-frame rate.
     `rows` are runs rows (queries.run_row) of finished runs."""
     by_policy: dict[str, list[dict]] = {}
     for row in rows:
@@ -88,9 +89,15 @@ def collapse_table(rows: list[dict]) -> pd.DataFrame:
     for label, summaries in by_policy.items():
         stalls = [s["stall_at_s"] for s in summaries if s["stalled"]]
         silent = [s["silent_rate"] for s in summaries if s["silent_rate"] is not None]
-        table.append({"policy": label, "stalled": len(stalls), "runs": len(summaries),
-                      "k/n stalled": f"{len(stalls)}/{len(summaries)}",
+        n = len(summaries)
+        partial = sum(1 for s in summaries if s.get("silence") == "partial stall")
+        compute = sum(1 for s in summaries if s.get("silence") == "compute")
+        table.append({"policy": label, "stalled": len(stalls), "runs": n,
+                      "k/n stalled": f"{len(stalls)}/{n}",
+                      "k/n partially stalled": f"{partial}/{n}",
+                      "k/n compute-silent": f"{compute}/{n}",
                       "median stall at (s)": statistics.median(stalls) if stalls else None,
                       "mean silent rate": statistics.fmean(silent) if silent else None})
     return pd.DataFrame(table, columns=["policy", "stalled", "runs", "k/n stalled",
+                                        "k/n partially stalled", "k/n compute-silent",
                                         "median stall at (s)", "mean silent rate"])

@@ -22,7 +22,8 @@ logger = logging.getLogger(__name__)
 
 FORMATS = ("html", "png")
 SUMMARY_KEYS = ("status", "engine", "simulated", "policy", "window", "sinks", "sessions_offered",
-                "admitted", "rejected", "evicted", "frames", "silent_rate", "censored_frames",
+                "admitted", "rejected", "evicted", "frames", "silent_rate", "silence",
+                "silent_memory_frames", "silent_compute_frames", "censored_frames",
                 "late_frames", "on_time_rate", "naive_on_time_rate", "p50_ms", "p95_ms",
                 "p95_censored", "p99_ms", "p99_censored", "naive_p95_ms", "max_occupancy",
                 "stalled", "stall_at_s", "tsat_pred_s", "final_limit", "changes", "rows_lost",

@@ -255,8 +255,26 @@ def summary_metrics(summary_json: str | None) -> None:
                    help="'> budget': the p95's rank falls among frames that got no answer, "
                         "whose latency is unknown (censored), so it is not a number")
     cols[4].metric("max ρ", f"{summary['max_occupancy']:.2f}")
+    cols[5].metric("stalled at", stall_text(summary), help=SILENCE_HELP)
+    causes = {c: summary.get(f"silent_{c}_frames") for c in ("memory", "compute", "guard",
+                                                              "other")}
+    if summary["silent_frames"] and None not in causes.values():
+        st.caption("Silent frames by cause: " + ", ".join(
+            f"{cause} {n}" for cause, n in causes.items() if n) + f" (of {summary['frames']})")
+
+
+SILENCE_HELP = ("stall: the pool was full and no session got a token (every conversation "
+                "silent); partial stall: the pool was full and some sessions starved for blocks "
+                "while others ran; compute: steps ran past the deadline with room in the pool")
+
+
+def stall_text(summary: dict) -> str:
     stall = summary["stall_at_s"]
-    cols[5].metric("stalled at", "never" if stall is None else f"{stall:.1f} s")
+    if stall is not None:
+        return f"{stall:.1f} s"
+    if summary.get("partial_stall"):
+        return "partial stall"
+    return "never"
 
 
 def p95_text(summary: dict) -> str:

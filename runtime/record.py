@@ -11,12 +11,22 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.contract import FrameHandle
 from runtime.config import RunConfig
 
 logger = logging.getLogger(__name__)
+
+
+# Why a frame went silent (no output token by its deadline):
+#   memory   the pool was full (ρ ≥ FULL_OCCUPANCY at the last tick before the frame was
+#            finalised): its tokens had no blocks to go to, or its session waited for them;
+#   compute  the pool had room, but the step that would serve it ran past the deadline;
+#   guard    its session was evicted by the stall guard while the frame was owed;
+#   other    the session failed (an engine error for that session).
+SILENT_CAUSES = ("memory", "compute", "guard", "other")
+FULL_OCCUPANCY = 0.9  # the stall detector's "full" (control.signals.StallDetector)
 
 
 @dataclass
@@ -34,6 +44,7 @@ class Totals:
     overruns: int = 0
     max_overrun_ms: float = 0.0
     max_occupancy: float = 0.0
+    silent_by_cause: dict = field(default_factory=lambda: dict.fromkeys(SILENT_CAUSES, 0))
 
 
 class Recorder:
@@ -48,6 +59,8 @@ class Recorder:
         self.t0 = 0.0  # engine clock at the run's start; set by the loop
         self._tick_frames = 0  # frames finalised since the last tick (silent rate per tick)
         self._tick_silent = 0
+        self._tick_causes = dict.fromkeys(SILENT_CAUSES, 0)
+        self.pool_full = False  # at the last tick: ρ ≥ FULL_OCCUPANCY (set by telemetry)
 
     # --- rows ---------------------------------------------------------------------------------
     def add(self, table: str, row: dict) -> None:
@@ -65,12 +78,13 @@ class Recorder:
 
     # --- frames -------------------------------------------------------------------------------
     def frame(self, session_id: int, idx: int, t_sub_rel: float, handle: FrameHandle | None,
-              now: float) -> dict:
+              now: float, closing: str | None = None) -> dict:
         """Record one frame whose deadline has passed. `handle` None: the frame could not even
         be submitted (the engine still owed the session's previous one). Returns the row.
 
         `latency_ms` is the true latency when the frame completed by `now`, else None with
-        `censored` true: `latency_bound_ms` is then a lower bound (≥ budget), never a value."""
+        `censored` true: `latency_bound_ms` is then a lower bound (≥ budget), never a value.
+        `closing`: why the session is closing when this frame is finalised at its close."""
         cfg = self.config
         budget_s = cfg.budget / 1e3
         row = {"run_id": self.run_id, "session_id": session_id, "frame_idx": idx,
@@ -102,8 +116,12 @@ class Recorder:
                 censored=not complete, naive_latency_ms=naive_ms, tokens_out=n_out,
                 on_time=on_time, naive_on_time=naive_ms <= cfg.budget + 1e-9,
                 silent=n_out == 0, complete=complete)
+        row["silent_cause"] = self._cause(handle, closing) if row["silent"] else None
         tot = self.totals
         tot.frames += 1
+        if row["silent"]:
+            tot.silent_by_cause[row["silent_cause"]] += 1
+            self._tick_causes[row["silent_cause"]] += 1
         tot.silent += row["silent"]
         tot.on_time += row["on_time"]
         tot.censored += row["censored"]
@@ -114,8 +132,18 @@ class Recorder:
         self.add("frames", row)
         return row
 
-    def take_tick_silent_rate(self) -> float | None:
-        """Share of the frames finalised since the last call that were silent (None: none)."""
+    def _cause(self, handle: FrameHandle | None, closing: str | None) -> str:
+        if closing is not None and closing.startswith("evicted"):
+            return "guard"
+        if handle is not None and handle.error not in (None, "closed"):
+            return "other"
+        return "memory" if self.pool_full else "compute"
+
+    def take_tick_silent(self) -> dict:
+        """Since the last call: the share of finalised frames that were silent (None: none)
+        and the silent frames per cause (tick columns silent_rate, silent_<cause>)."""
         rate = self._tick_silent / self._tick_frames if self._tick_frames else None
+        out = {"silent_rate": rate, **{f"silent_{c}": n for c, n in self._tick_causes.items()}}
         self._tick_frames = self._tick_silent = 0
-        return rate
+        self._tick_causes = dict.fromkeys(SILENT_CAUSES, 0)
+        return out

@@ -128,18 +128,19 @@ class Sessions:
         session.inflight, session.record, session.tokens_seen = handle, (idx, handle), 0
         return next_at
 
-    def _finalise(self, session: Session, now: float, keep_early: bool = True) -> None:
+    def _finalise(self, session: Session, now: float, keep_early: bool = True,
+                  closing: str | None = None) -> None:
         if session.record is None:
             return
         idx, handle = session.record
         session.record = None
         if not keep_early and now < handle.t_submit + self._budget_s:
             return  # cut off by the run's end before its deadline: neither late nor silent
-        self._record(session, idx, handle.t_submit - self.recorder.t0, handle, now)
+        self._record(session, idx, handle.t_submit - self.recorder.t0, handle, now, closing)
 
     def _record(self, session: Session, idx: int, t_sub_rel: float,
-                handle: FrameHandle | None, now: float) -> None:
-        row = self.recorder.frame(session.session_id, idx, t_sub_rel, handle, now)
+                handle: FrameHandle | None, now: float, closing: str | None = None) -> None:
+        row = self.recorder.frame(session.session_id, idx, t_sub_rel, handle, now, closing)
         # A censored frame is a drop for the limit whatever its bound says (silent or late).
         self.control.add(now, row["latency_bound_ms"], row["silent"] or row["censored"])
 
@@ -215,7 +216,7 @@ class Sessions:
 
     # --- close --------------------------------------------------------------------------------
     def close(self, session: Session, t_rel: float, why: str) -> None:
-        self._finalise(session, self.engine.now(), keep_early=why != "run ended")
+        self._finalise(session, self.engine.now(), keep_early=why != "run ended", closing=why)
         close_source = getattr(session.frames, "close", None)  # sources with a device only
         if close_source is not None:
             close_source()  # e.g. releases a microphone stream now, not at garbage collection

@@ -95,6 +95,11 @@ def summarise(recorder: Recorder, cursor, engine: Engine, *, status: str, reason
         # Censored: no answer when finalised, latency unknown (≥ budget); a percentile whose
         # rank falls among them is null with its *_censored flag set: "> budget".
         "censored_frames": tot.censored, "late_frames": tot.late,
+        # Why frames went silent (they add up to silent_frames); memory-caused silence with no
+        # total stall is a partial stall: some sessions starved for blocks while others ran.
+        **{f"silent_{cause}_frames": n for cause, n in tot.silent_by_cause.items()},
+        "partial_stall": tot.silent_by_cause["memory"] > 0 and not stalled,
+        "silence": silence_verdict(stalled, tot),
         "silent_rate": rate(tot.silent), "on_time_rate": rate(tot.on_time),
         "naive_on_time_rate": rate(tot.naive_on_time),
         "p50_ms": ms(q["p50_ms"]), "p95_ms": ms(q["p95_ms"]), "p99_ms": ms(q["p99_ms"]),
@@ -120,6 +125,22 @@ def summarise(recorder: Recorder, cursor, engine: Engine, *, status: str, reason
         "rows_lost": store["rows_lost"], "store_errors": store["store_errors"],
         "duration_s": round(end_rel, 3),
     }
+
+
+def silence_verdict(stalled: bool, tot) -> str:
+    """One word for the run's silence, the first thing an operator needs: stall (the pool
+    stopped every session), partial stall (the pool starved some), compute (steps too slow with
+    room in the pool), guard (evictions), none."""
+    causes = tot.silent_by_cause
+    if stalled:
+        return "stall"
+    if causes["memory"]:
+        return "partial stall"
+    if causes["compute"]:
+        return "compute"
+    if causes["guard"] or causes["other"]:
+        return "guard" if causes["guard"] >= causes["other"] else "other"
+    return "none"
 
 
 def late_t_sat(occ_t: list[float], occ_rho: list[float]) -> float | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from control.signals import OccupancyTracker, StallDetector
 from engine.contract import Engine, PoolStats
 from runtime.config import RunConfig
-from runtime.record import Recorder
+from runtime.record import FULL_OCCUPANCY, Recorder
 
 STALL_TICKS = 2  # ticks with a full pool, frames owed and no token out: a stall
 
@@ -65,6 +65,7 @@ class Telemetry:
                                 label=f"pool full, no token for {STALL_TICKS} ticks: "
                                       "silent stall")
         tot.max_occupancy = max(tot.max_occupancy, pool.occupancy)
+        self.recorder.pool_full = pool.occupancy >= FULL_OCCUPANCY
         return TickSample(t_rel, pool, tokens_out, frames_owed, overrun_ms, stalled)
 
     def reset_stall(self) -> None:
@@ -87,7 +88,7 @@ class Telemetry:
             "admitted": admitted, "rejected": rejected, "evicted": rec.totals.evicted,
             "overrun_ms": sample.overrun_ms, "tokens_out": sample.tokens_out,
             "frames_waiting": sample.frames_owed, "stalled": sample.stalled, "p95_ms": p95_ms,
-            "silent_rate": rec.take_tick_silent_rate(),
+            **rec.take_tick_silent(),
             "tsat_s": self.occupancy.t_sat_from_now(),
             "rho_slope_per_s": None if fit is None else fit.slope_per_s,
             "window_tokens": policy.window_tokens, "sink_tokens": policy.sink_tokens})
