@@ -116,27 +116,6 @@ def _patch_live_setting() -> None:
         EngineCore.metronome_set_sinks = metronome_set_sinks
 
 
-def name_batch_rows(runner_cls) -> None:
-    """Make a model runner class tell builders which request each batch row is (builders only
-    see rows). Idempotent."""
-    from engine.sinks import live
-
-    if _already(runner_cls, "_build_attention_metadata"):
-        return
-    original = runner_cls._build_attention_metadata
-
-    @functools.wraps(original)
-    def build_attention_metadata(self, *args, **kwargs):
-        live.set_row_req_ids(self.input_batch.req_ids)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            live.set_row_req_ids(None)
-
-    setattr(build_attention_metadata, _MARK, True)
-    runner_cls._build_attention_metadata = build_attention_metadata
-
-
 def _patch_cpu_builder() -> None:
     from vllm.platforms import current_platform
 

@@ -284,3 +284,51 @@ def test_workers_that_cannot_follow_a_change_are_found_before_anything_moves():
     bare = SimpleNamespace(worker=SimpleNamespace(model_runner=SimpleNamespace(attn_groups=[])))
     assert "no sinks + window metadata builders" in check_in_worker(bare)
     assert "no sinks" in check_in_worker(SimpleNamespace())
+
+
+def test_a_named_runner_gives_builders_each_rows_carry_during_its_build_only():
+    from engine.sinks.live import Carried, LiveSetting, row_carry
+    from engine.sinks.rows import name_batch_rows, row_req_ids
+
+    setting = LiveSetting(128, 32, {"b": Carried(0, 9)})
+    seen = []
+
+    class Runner:
+        def __init__(self):
+            self.input_batch = type("Batch", (), {"req_ids": ["a", "b", "c"]})()
+
+        def _build_attention_metadata(self, num_reqs):
+            seen.append(row_carry(setting, num_reqs, 1))
+            return "metadata"
+
+    with pytest.raises(NotImplementedError):  # a carried request and no row names: refused
+        Runner()._build_attention_metadata(3)
+    name_batch_rows(Runner)
+    name_batch_rows(Runner)  # idempotent: one wrapper
+    assert Runner()._build_attention_metadata(3) == "metadata"
+    sinks, front = seen[-1]
+    assert sinks.tolist() == [1, 0, 1] and front.tolist() == [0, 9, 0]
+    assert row_req_ids() is None  # only while a build runs
+
+
+def test_sinks_modules_import_each_other_one_way():
+    import ast
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "engine" / "sinks"
+    graph = {}
+    for path in folder.glob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        graph[path.stem] = {n.rsplit(".", 1)[1] for n in names
+                            if n.startswith("engine.sinks.")} - {path.stem}
+
+    def reaches(start, target, seen=()):
+        return any(n == target or (n not in seen and reaches(n, target, (*seen, n)))
+                   for n in graph.get(start, ()))
+
+    cycles = sorted(m for m in graph if reaches(m, m))
+    assert not cycles, {m: graph[m] for m in cycles}
+    assert "plugin" not in graph["live"]
