@@ -93,12 +93,16 @@ def _runner_and_builders(worker):
 
 def check_in_worker(worker) -> str | None:
     """collective_rpc target run before a change: why this worker cannot take one, or None."""
+    from engine.sinks.support import group_refusal
+
     runner, groups = _sinks_groups(worker)
     if not any(group.metadata_builders for group in groups):
         return "no sinks + window metadata builders in this worker"
     if not hasattr(type(runner), "_build_attention_metadata"):
         return f"{type(runner).__name__} has no _build_attention_metadata to name batch rows"
-    return None
+    # Checked at start-up too; again here because a change is where carried rows start to
+    # depend on every builder honouring them.
+    return next((p for p in map(group_refusal, groups) if p), None)
 
 
 def apply_in_worker(worker, window_tokens: int, sink_tokens: int,
