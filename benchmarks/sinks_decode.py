@@ -37,11 +37,26 @@ def engine_kwargs(model: str, sinks: bool) -> dict:
     kwargs = dict(model=model, block_size=BLOCK, enforce_eager=True, enable_prefix_caching=False,
                   max_num_seqs=256, max_num_batched_tokens=2048, num_gpu_blocks_override=2048,
                   max_model_len=2048, gpu_memory_utilization=0.3, seed=0)
-    if not sinks:
+    if sinks:
+        from engine.sinks.plugin import register
+        from engine.sinks.support import CUDA_BACKEND
+
+        # vLLM loads plugins once per process, and did so for the sliding-window engine
+        # started first, while no sinks were configured (the plugin was inert then).
+        register()
+        if _on_cuda():
+            kwargs["attention_backend"] = CUDA_BACKEND  # the backend engine.sinks compacts
+    else:
         layers = int(model_info(model)["num_layers"])
         kwargs["hf_overrides"] = {"sliding_window": WINDOW,
                                   "layer_types": ["sliding_attention"] * layers}
     return kwargs
+
+
+def _on_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def step_ms(llm, batch: int, rng: random.Random) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import logging
 import os
@@ -24,6 +25,7 @@ from engine.config import EngineConfig
 from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats, check_frame
 from engine.models import model_info, resolve_model
 from engine.sinks import apply_env, sink_env
+from engine.sinks.support import CUDA_BACKEND, backend_refusal, refusals_surface
 
 logger = logging.getLogger(__name__)
 
@@ -182,10 +184,16 @@ class VLLMEngine(Engine):
             if not on_cpu:
                 # Full-attention layers; engine.sinks frees and hides the gap blocks (enabled
                 # through the environment, see _start). FULL CUDA graphs would replay
-                # attention from buffers its compacted metadata bypasses.
+                # attention from buffers its compacted metadata bypasses, and FlashAttention
+                # is the CUDA backend whose metadata it compacts.
                 args["compilation_config"] = {"cudagraph_mode": "PIECEWISE"}
+                args["attention_backend"] = CUDA_BACKEND
         for key, value in cfg.vllm_args:
             args[key] = value
+        if cfg.policy.kind == "window" and not on_cpu:
+            refusal = backend_refusal(args)
+            if refusal:
+                raise ValueError(refusal)
         return args
 
     def _run_loop(self) -> None:
@@ -211,6 +219,15 @@ class VLLMEngine(Engine):
         policy = self.config.policy
         apply_env(sink_env(policy.window_tokens if policy.kind == "window" else None,
                            policy.sink_tokens))
+        surface = contextlib.nullcontext()
+        if policy.kind == "window":
+            from engine.sinks.plugin import register
+
+            # Checks the vLLM version (one line on a mismatch) before anything starts, and
+            # installs the hooks here too: vLLM loads plugins once per process, so an
+            # in-process engine after an unbounded one would otherwise run without them.
+            register()
+            surface = refusals_surface()  # an engine process's refusal, as one line
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -223,8 +240,9 @@ class VLLMEngine(Engine):
         if unknown:
             raise ValueError(f"unknown vLLM engine argument(s) {', '.join(unknown)}")
         engine_args = AsyncEngineArgs(**args)
-        self._llm = AsyncLLM.from_engine_args(
-            engine_args, stat_loggers=[_make_stat_logger_factory(self._probe)])
+        with surface:
+            self._llm = AsyncLLM.from_engine_args(
+                engine_args, stat_loggers=[_make_stat_logger_factory(self._probe)])
         logger.info("vLLM ready: %s", {k: v for k, v in args.items() if k != "hf_overrides"})
 
     # --- live KV policy -----------------------------------------------------------------------

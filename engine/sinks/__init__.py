@@ -5,7 +5,10 @@ Pieces, one job each:
   metadata    applies it to vLLM's CommonAttentionMetadata (shared by the CPU and CUDA builders)
   spec        the KV cache spec (bounded per-request memory) and the manager that frees gap blocks
   live        W and S changed while requests run, in step in the engine core and the workers
+  rows        which request each batch row is, for builders after a live change
+  support     what it can run on (vLLM version, attention backend) and the refusal otherwise
   plugin      the `vllm.general_plugins` entry point that wires them into every vLLM process
+              (inert, loading none of the above, when the engine runs no sinks)
 
 The engine turns the mode on per engine through two environment variables, set before vLLM
 starts (spawned engine-core and worker processes inherit them); see `sink_env`. W and S then

@@ -48,29 +48,22 @@ class LiveSetting:
             raise ValueError(f"sinks {self.sink_tokens} must be in [0, W={self.window_tokens})")
 
 
-# Request id of each row of the batch being built, set by the runner hook (`plugin.
-# name_batch_rows`) for the duration of one metadata build.
-_row_req_ids: list[str] | None = None
-
-
-def set_row_req_ids(req_ids: list[str] | None) -> None:
-    global _row_req_ids
-    _row_req_ids = req_ids
-
-
 def row_carry(setting: LiveSetting, num_reqs: int, sink_blocks: int):
     """Per-row (sink_blocks, frontier) for the batch being built, or scalars when no row
     carries anything from before a change."""
     import numpy as np
 
+    from engine.sinks.rows import row_req_ids
+
     if not setting.carried:
         return sink_blocks, 0
-    if _row_req_ids is None:
+    req_ids = row_req_ids()
+    if req_ids is None:
         raise NotImplementedError("sinks + window after a live change needs the runner's row "
                                   "request ids (model runner hook not installed)")
     sinks = np.full(num_reqs, sink_blocks, dtype=np.int64)
     front = np.zeros(num_reqs, dtype=np.int64)
-    for row, req_id in enumerate(_row_req_ids[:num_reqs]):
+    for row, req_id in enumerate(req_ids[:num_reqs]):
         kept = setting.carried.get(req_id)
         if kept is not None:
             sinks[row], front[row] = kept.sink_blocks, kept.frontier_block
@@ -82,7 +75,7 @@ def row_carry(setting: LiveSetting, num_reqs: int, sink_blocks: int):
 BUILDER_ATTR = "_metronome_live_setting"
 
 
-def _runner_and_builders(worker):
+def _sinks_groups(worker):
     import itertools
 
     from engine.sinks.spec import SinkWindowSpec
@@ -90,25 +83,32 @@ def _runner_and_builders(worker):
     # vLLM hands either the worker or its wrapper (which holds it as `.worker`).
     runner = getattr(getattr(worker, "worker", worker), "model_runner", None)
     groups = itertools.chain.from_iterable(getattr(runner, "attn_groups", None) or [])
-    builders = [b for group in groups if isinstance(group.kv_cache_spec, SinkWindowSpec)
-                for b in group.metadata_builders]
-    return runner, builders
+    return runner, [g for g in groups if isinstance(g.kv_cache_spec, SinkWindowSpec)]
+
+
+def _runner_and_builders(worker):
+    runner, groups = _sinks_groups(worker)
+    return runner, [b for group in groups for b in group.metadata_builders]
 
 
 def check_in_worker(worker) -> str | None:
     """collective_rpc target run before a change: why this worker cannot take one, or None."""
-    runner, builders = _runner_and_builders(worker)
-    if not builders:
+    from engine.sinks.support import group_refusal
+
+    runner, groups = _sinks_groups(worker)
+    if not any(group.metadata_builders for group in groups):
         return "no sinks + window metadata builders in this worker"
     if not hasattr(type(runner), "_build_attention_metadata"):
         return f"{type(runner).__name__} has no _build_attention_metadata to name batch rows"
-    return None
+    # Checked at start-up too; again here because a change is where carried rows start to
+    # depend on every builder honouring them.
+    return next((p for p in map(group_refusal, groups) if p), None)
 
 
 def apply_in_worker(worker, window_tokens: int, sink_tokens: int,
                     carried: dict[str, tuple[int, int]]) -> int:
     """collective_rpc target: runs in each worker, between two model steps."""
-    from engine.sinks.plugin import name_batch_rows
+    from engine.sinks.rows import name_batch_rows
 
     setting = LiveSetting(window_tokens, sink_tokens,
                           {r: Carried(*kept) for r, kept in carried.items()})

@@ -1,17 +1,25 @@
 """`vllm.general_plugins` entry point: wires sinks + window KV into every vLLM process.
 
-vLLM runs general plugins once per process (front end, engine core, workers). `register` is
-idempotent and installs three hooks that act only when the engine asked for sinks:
+vLLM runs general plugins once per process (front end, engine core, workers). `register` does
+nothing at all unless this process's engine asks for sinks (METRONOME_WINDOW_TOKENS set): an
+unbounded run loads no sinks code and touches no vLLM internals, so it cannot be broken by
+them. With sinks it checks that this is the vLLM version the plugin was tested with
+(`engine.sinks.support`), then installs, idempotently:
 
 1. the KV-spec registry learns SinkWindowSpec → SinkWindowManager (engine core: the scheduler's
    KV manager frees the gap blocks);
 2. `Attention.get_kv_cache_spec` returns a SinkWindowSpec for full-attention decoder layers
-   while METRONOME_WINDOW_TOKENS / METRONOME_SINK_TOKENS are set (read at call time, so forked
-   children and several engines in one process each see their own engine's setting);
-3. the CPU (and, on CUDA, FlashAttention) metadata builder compacts block tables for groups
-   whose spec is a SinkWindowSpec, and is a pass-through for every other group;
-4. live W/S (`engine.sinks.live`): `EngineCore.metronome_set_sinks`, a utility method the
-   front end calls; the first change also makes the runner name each batch row's request.
+   while METRONOME_WINDOW_TOKENS / METRONOME_SINK_TOKENS are set (read at call time, so several
+   engines in one process each see their own engine's setting);
+3. the CPU builder (on CPU) or the FlashAttention builder (on CUDA) compacts block tables for
+   groups whose spec is a SinkWindowSpec, and is a pass-through for every other group;
+4. every sinks attention group is checked as its builders are made: a backend whose builder
+   was not wrapped is refused before the first step (it would read freed blocks);
+5. live W/S (`engine.sinks.live`): `EngineCore.metronome_set_sinks`, a utility method the
+   front end calls.
+
+vLLM loads plugins once per process, so a process that starts an in-process engine after an
+unbounded one calls `register()` itself (the vLLM backend does, before each sinks engine).
 """
 
 from __future__ import annotations
@@ -27,20 +35,26 @@ _MARK = "_metronome_sinks"
 
 
 def register() -> None:
+    if configured() is None:
+        return
+    from engine.sinks import support
+
+    support.check_vllm_version()
+
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
-    from vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
     from vllm.v1.kv_cache_interface import FullAttentionSpec
+    from vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
 
     from engine.sinks.spec import SinkWindowManager, SinkWindowSpec
 
     # vLLM registers its built-in specs lazily, only while the registry is empty; registering
-    # ours first would leave it without them. The built-in registration is idempotent.
+    # ours first would leave it without them. Both registrations are idempotent.
     register_all_kvcache_specs(None)
     KVCacheSpecRegistry.register(SinkWindowSpec, SinkWindowManager,
                                  uniform_type_base_spec=FullAttentionSpec)
     _patch_attention_spec()
-    _patch_cpu_builder()
-    _patch_flash_builder()
+    _patch_builders()
+    _patch_group_check()
     _patch_live_setting()
 
 
@@ -98,8 +112,110 @@ def _compacting(original):
             common_prefix_len = 0
         return original(self, common_prefix_len, common_attn_metadata, fast_build)
 
-    setattr(build, _MARK, True)
     return build
+
+
+def wrap_builder(builder_cls, output_cls, output_fields: dict[str, str],
+                 common_cls=None) -> str | None:
+    """Make `builder_cls.build` compact sinks groups. Leaves it alone, and returns why, when
+    vLLM's metadata classes have fields the compaction does not classify (a sinks group it
+    serves is then refused, see `support.group_refusal`). Idempotent."""
+    from engine.sinks import support
+    from engine.sinks.metadata import COMMON_FIELDS, field_mismatch
+
+    if support.compacts(builder_cls):
+        return None
+    if common_cls is None:
+        from vllm.v1.attention.backend import CommonAttentionMetadata as common_cls
+    problem = field_mismatch(common_cls, COMMON_FIELDS) or \
+        field_mismatch(output_cls, output_fields)
+    if problem:
+        support.note_not_wrapped(builder_cls.__name__, problem)
+        return problem
+    build = _compacting(builder_cls.build)
+    support.mark_compacting(build)
+    builder_cls.build = build
+    return None
+
+
+def _patch_builders() -> None:
+    from vllm.platforms import current_platform
+
+    from engine.sinks import metadata
+
+    if current_platform.is_cpu():
+        from vllm.v1.attention.backends.cpu_attn import (CPUAttentionMetadata,
+                                                         CPUAttentionMetadataBuilder)
+
+        wrap_builder(CPUAttentionMetadataBuilder, CPUAttentionMetadata,
+                     metadata.CPU_ATTN_FIELDS)
+    elif current_platform.is_cuda():
+        _patch_flash_builder()
+    else:  # nothing wrapped: every sinks group is refused at start-up, naming its backend
+        logger.warning("sinks + window: no compacting builder for platform %s",
+                       type(current_platform).__name__)
+
+
+def _patch_flash_builder() -> None:
+    """FlashAttention's block-table path on CUDA, the same compaction.
+
+    Why the same function is exact there: flash_attn_varlen_func with a block table reads, per
+    row, keys [0, seqused_k) through `block_table[row]` and aligns queries causally to the row's
+    end (query i of q attends keys ≤ seqused_k - q + i), exactly the CPU kernel's contract, so
+    dropping gap blocks from the row and subtracting their tokens from seqused_k attends
+    [sinks + window]; sub-rows add entries to cu_seqlens_q only. The builder's AOT scheduler
+    metadata is recomputed from the compacted seq_lens by calling the original build. FULL CUDA
+    graphs would replay uncompacted tables: refused at start-up (`support.group_refusal`).
+    Driven on CPU with its real classes (tests/engine/test_sinks_support.py); on a GPU only by
+    the tests marked `gpu` (scripts/gpu_check.sh).
+    """
+    from engine.sinks import metadata, support
+
+    try:
+        from vllm.v1.attention.backends.flash_attn import (FlashAttentionMetadata,
+                                                           FlashAttentionMetadataBuilder)
+    except ImportError as exc:  # refused at start-up by the group check, with this reason
+        support.note_not_wrapped("FlashAttentionMetadataBuilder", f"not importable: {exc}")
+        return
+    wrap_builder(FlashAttentionMetadataBuilder, FlashAttentionMetadata,
+                 metadata.FLASH_ATTN_FIELDS)
+
+
+def check_groups(groups) -> None:
+    """Refuse, in the worker, any sinks attention group that would not run exactly."""
+    from engine.sinks import support
+    from engine.sinks.spec import SinkWindowSpec
+
+    for group in groups:
+        if not isinstance(group.kv_cache_spec, SinkWindowSpec):
+            continue
+        problem = support.group_refusal(group)
+        if problem:
+            support.record_refusal(problem)
+            raise support.SinksUnsupported(problem)
+        for builder in group.metadata_builders:
+            # The runner reuses one group's metadata for another group of the same spec by
+            # swapping in that group's (uncompacted) block table; sinks groups always build.
+            builder.supports_update_block_table = False
+
+
+def _patch_group_check() -> None:
+    """Check each attention group as its metadata builders are made (both model runners make
+    them through AttentionGroup), before any step builds attention metadata."""
+    from vllm.v1.worker.utils import AttentionGroup
+
+    if _already(AttentionGroup, "create_metadata_builders"):
+        return
+    original = AttentionGroup.create_metadata_builders
+
+    @functools.wraps(original)
+    def create_metadata_builders(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        check_groups([self])
+        return result
+
+    setattr(create_metadata_builders, _MARK, True)
+    AttentionGroup.create_metadata_builders = create_metadata_builders
 
 
 def _patch_live_setting() -> None:
@@ -114,76 +230,3 @@ def _patch_live_setting() -> None:
             return live.set_sinks_in_engine_core(self, window_tokens, sink_tokens)
 
         EngineCore.metronome_set_sinks = metronome_set_sinks
-
-
-def name_batch_rows(runner_cls) -> None:
-    """Make a model runner class tell builders which request each batch row is (builders only
-    see rows). Idempotent."""
-    from engine.sinks import live
-
-    if _already(runner_cls, "_build_attention_metadata"):
-        return
-    original = runner_cls._build_attention_metadata
-
-    @functools.wraps(original)
-    def build_attention_metadata(self, *args, **kwargs):
-        live.set_row_req_ids(self.input_batch.req_ids)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            live.set_row_req_ids(None)
-
-    setattr(build_attention_metadata, _MARK, True)
-    runner_cls._build_attention_metadata = build_attention_metadata
-
-
-def _patch_cpu_builder() -> None:
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        return
-    from vllm.v1.attention.backends.cpu_attn import CPUAttentionMetadataBuilder
-
-    if not _already(CPUAttentionMetadataBuilder, "build"):
-        CPUAttentionMetadataBuilder.build = _compacting(CPUAttentionMetadataBuilder.build)
-
-
-def _patch_flash_builder() -> None:
-    """FlashAttention's block-table path on CUDA, the same compaction.
-
-    Why the same function is exact there: flash_attn_varlen_func with a block table reads, per
-    row, keys [0, seqused_k) through `block_table[row]` and aligns queries causally to the row's
-    end (query i of q attends keys ≤ seqused_k - q + i), exactly the CPU kernel's contract, so
-    dropping gap blocks from the row and subtracting their tokens from seqused_k attends
-    [sinks + window]; sub-rows add entries to cu_seqlens_q only. The builder's AOT scheduler
-    metadata is recomputed from the compacted seq_lens by calling the original build.
-
-    Not covered (refused rather than silently wrong): FULL CUDA graphs replay attention from the
-    runner's persistent buffers, which these new tensors would bypass, so the engine must run
-    attention outside graphs (cudagraph_mode PIECEWISE, or enforce_eager). Untested here: this
-    machine has no GPU.
-    """
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cuda():
-        return
-    try:
-        from vllm.v1.attention.backends.flash_attn import FlashAttentionMetadataBuilder
-    except ImportError:  # a build without FlashAttention: nothing to wrap
-        logger.info("FlashAttention backend not importable; sinks compaction not installed")
-        return
-    if _already(FlashAttentionMetadataBuilder, "build"):
-        return
-    compacting = _compacting(FlashAttentionMetadataBuilder.build)
-
-    @functools.wraps(compacting)
-    def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
-        from engine.sinks.spec import SinkWindowSpec
-
-        if isinstance(self.kv_cache_spec, SinkWindowSpec) and self.use_full_cuda_graph:
-            raise NotImplementedError("sinks + window needs attention outside FULL CUDA graphs "
-                                      "(cudagraph_mode PIECEWISE or enforce_eager)")
-        return compacting(self, common_prefix_len, common_attn_metadata, fast_build)
-
-    setattr(build, _MARK, True)
-    FlashAttentionMetadataBuilder.build = build

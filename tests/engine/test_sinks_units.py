@@ -258,6 +258,45 @@ def test_metadata_compaction_rewrites_rows_only(vllm_parts):
     assert compact(short, 128, 1, BS) is short  # no gap yet: untouched
 
 
+def test_vllm_metadata_classes_are_exactly_the_classified_ones():
+    pytest.importorskip("vllm")
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionMetadata
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionMetadata
+
+    from engine.sinks import metadata
+
+    # Fails when vLLM adds (or drops) a field: classify it in engine/sinks/metadata.py.
+    assert metadata.field_mismatch(CommonAttentionMetadata, metadata.COMMON_FIELDS) is None
+    assert metadata.field_mismatch(FlashAttentionMetadata, metadata.FLASH_ATTN_FIELDS) is None
+    assert metadata.field_mismatch(CPUAttentionMetadata, metadata.CPU_ATTN_FIELDS) is None
+
+
+def test_compaction_recuts_every_per_request_field(vllm_parts):
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    from engine.sinks.metadata import ROWS_FIELDS, compact
+
+    qsl = torch.tensor([0, 1, 65], dtype=torch.int32)
+    lens = torch.tensor([500, 300], dtype=torch.int32)
+    common = CommonAttentionMetadata(
+        query_start_loc=qsl, query_start_loc_cpu=qsl, seq_lens=lens, num_reqs=2,
+        num_actual_tokens=65, max_query_len=64, max_seq_len=500,
+        block_table_tensor=_table(2, 20), slot_mapping=torch.zeros(65, dtype=torch.int64),
+        seq_lens_cpu_upper_bound=lens.clone(), is_prefilling=torch.tensor([False, True]),
+        req_idx=np.array([7, 9]))
+    out = compact(common, 128, 1, BS)
+    rows = split_rows(qsl.numpy(), lens.numpy(), 128, 1, BS)
+    for name in ROWS_FIELDS - {"num_reqs", "max_query_len", "max_seq_len"}:
+        assert len(getattr(out, name)) == rows.num_rows + (name.startswith("query_start")), name
+    assert rows.num_rows > 2 and out.num_reqs == rows.num_rows
+    assert out.req_idx.tolist() == [7] + [9] * (rows.num_rows - 1)
+    assert out.is_prefilling.tolist() == [False] + [True] * (rows.num_rows - 1)
+    assert out.seq_lens_cpu_upper_bound.tolist() == rows.seq_lens.tolist()
+    with pytest.raises(NotImplementedError, match="rswa_prefix_lens"):
+        compact(common.replace(rswa_prefix_lens=lens), 128, 1, BS)
+
+
 def test_sink_env_round_trip(monkeypatch):
     from engine.sinks import apply_env, configured, sink_env
 
@@ -284,3 +323,51 @@ def test_workers_that_cannot_follow_a_change_are_found_before_anything_moves():
     bare = SimpleNamespace(worker=SimpleNamespace(model_runner=SimpleNamespace(attn_groups=[])))
     assert "no sinks + window metadata builders" in check_in_worker(bare)
     assert "no sinks" in check_in_worker(SimpleNamespace())
+
+
+def test_a_named_runner_gives_builders_each_rows_carry_during_its_build_only():
+    from engine.sinks.live import Carried, LiveSetting, row_carry
+    from engine.sinks.rows import name_batch_rows, row_req_ids
+
+    setting = LiveSetting(128, 32, {"b": Carried(0, 9)})
+    seen = []
+
+    class Runner:
+        def __init__(self):
+            self.input_batch = type("Batch", (), {"req_ids": ["a", "b", "c"]})()
+
+        def _build_attention_metadata(self, num_reqs):
+            seen.append(row_carry(setting, num_reqs, 1))
+            return "metadata"
+
+    with pytest.raises(NotImplementedError):  # a carried request and no row names: refused
+        Runner()._build_attention_metadata(3)
+    name_batch_rows(Runner)
+    name_batch_rows(Runner)  # idempotent: one wrapper
+    assert Runner()._build_attention_metadata(3) == "metadata"
+    sinks, front = seen[-1]
+    assert sinks.tolist() == [1, 0, 1] and front.tolist() == [0, 9, 0]
+    assert row_req_ids() is None  # only while a build runs
+
+
+def test_sinks_modules_import_each_other_one_way():
+    import ast
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "engine" / "sinks"
+    graph = {}
+    for path in folder.glob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        graph[path.stem] = {n.rsplit(".", 1)[1] for n in names
+                            if n.startswith("engine.sinks.")} - {path.stem}
+
+    def reaches(start, target, seen=()):
+        return any(n == target or (n not in seen and reaches(n, target, (*seen, n)))
+                   for n in graph.get(start, ()))
+
+    cycles = sorted(m for m in graph if reaches(m, m))
+    assert not cycles, {m: graph[m] for m in cycles}
+    assert "plugin" not in graph["live"]

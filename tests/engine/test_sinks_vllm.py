@@ -19,6 +19,7 @@ import torch
 from engine.models import build_tiny
 from engine.sinks import SINK_TOKENS_ENV, WINDOW_TOKENS_ENV
 from engine.sinks.compaction import kept_key_mask
+from engine.sinks.plugin import register
 
 pytestmark = pytest.mark.vllm
 
@@ -85,6 +86,7 @@ def vllm_logprobs(prompt):
         for window, sinks in CONFIGS:
             mp.setenv(WINDOW_TOKENS_ENV, str(window))
             mp.setenv(SINK_TOKENS_ENV, str(sinks))
+            register()  # vLLM loads plugins once per process: maybe before, without sinks
             llm = LLM(model=str(build_tiny(0)), dtype="float32", block_size=BS,
                       enforce_eager=True, enable_prefix_caching=False,
                       max_num_batched_tokens=CHUNK, max_num_seqs=8, num_gpu_blocks_override=64,
@@ -165,6 +167,7 @@ def live_logprobs():
         for old, new in LIVE:
             mp.setenv(WINDOW_TOKENS_ENV, str(old[0]))
             mp.setenv(SINK_TOKENS_ENV, str(old[1]))
+            register()
             llm = LLM(model=str(build_tiny(0)), dtype="float32", block_size=BS,
                       enforce_eager=True, enable_prefix_caching=False, async_scheduling=False,
                       max_num_batched_tokens=CHUNK, max_num_seqs=8, num_gpu_blocks_override=64,
