@@ -48,6 +48,21 @@ class StoreWriter:
     def execute(self, sql: str, params: list | tuple = ()) -> None:
         self._queue.put(("sql", sql, list(params)))
 
+    def call(self, fn, timeout: float = 60.0):
+        """Run `fn(connection)` in the writer thread, after everything queued before it, and
+        return its result (its exception is raised here). For writes whose outcome the caller
+        needs (schedule edits, retention's deletes): DuckDB keeps one writer, this thread."""
+        if not self._thread.is_alive():
+            raise RuntimeError("the store is closed")
+        box: dict = {}
+        done = threading.Event()
+        self._queue.put(("call", fn, (box, done)))
+        if not done.wait(timeout):
+            raise TimeoutError(f"store writer did not run the call within {timeout} s")
+        if "error" in box:
+            raise box["error"]
+        return box.get("result")
+
     def flush(self, timeout: float = 30.0) -> None:
         """Block until everything queued so far is on disk."""
         done = threading.Event()
@@ -77,6 +92,14 @@ class StoreWriter:
                 elif kind == "sql":
                     self._write_buffers()
                     self._guard(lambda: self._con.execute(a, b), f"statement {a[:60]!r}")
+                elif kind == "call":
+                    self._write_buffers()
+                    box, done = b
+                    try:
+                        box["result"] = a(self._con)
+                    except Exception as exc:  # noqa: BLE001 - handed to the caller
+                        box["error"] = exc
+                    done.set()
                 elif kind == "flush":
                     self._write_buffers()
                     a.set()
