@@ -45,6 +45,9 @@ class RunConfig:
     wav_dir: str | None = None  # load wav: folder of .wav files, replayed round-robin
     wav_loop: bool = True  # load wav: loop each file (else its session ends with it)
     mic_device: str | None = None  # load mic: PortAudio input index or name
+    replay_run: str | None = None  # load replay: re-offer this recorded run's sessions
+    replay_trace: str | None = None  # load replay: or a CSV/Parquet trace file's
+    replay_db: str | None = None  # the database holding replay_run (None: $METRONOME_DB)
     admission: str = "off"
     target: float = 0.8
     stall_guard: str = "off"
@@ -83,7 +86,12 @@ class RunConfig:
         if self.policy == "unbounded" and self.window is not None:
             raise ValueError(f"window {self.window} only applies to policy window")
         self.engine_config()  # validates policy, pool and block size
-        self.load_config()  # validates the load shape
+        load = self.load_config()  # validates the load shape (a replay reads its trace once)
+        if load.kind == "replay":
+            from load_gen import replay
+
+            replay.check_config(replay.trace_for(load), self.frame_ms, self.tokens_out,
+                                self.stagger)
 
     @property
     def budget(self) -> float:
@@ -102,7 +110,8 @@ class RunConfig:
         return LoadConfig(self.load, self.sessions, self.arrival_rate, self.session_s,
                           self.duration_s, self.seed, frame_ms=self.frame_ms,
                           wav_dir=self.wav_dir, wav_loop=self.wav_loop,
-                          mic_device=self.mic_device)
+                          mic_device=self.mic_device, replay_run=self.replay_run,
+                          replay_trace=self.replay_trace, replay_db=self.replay_db)
 
     def as_dict(self) -> dict:
         d = asdict(self)

@@ -188,3 +188,42 @@ def run_frames(cur, run_id: str):
     """All frame rows of a run as an Arrow table (for Parquet/CSV export)."""
     return cur.execute("SELECT * FROM frames WHERE run_id = ? ORDER BY t_submit, session_id",
                        [run_id]).fetch_arrow_table()
+
+
+# --- replay: what a recorded run offered ------------------------------------------------------
+def replay_frames(cur, run_id: str, frame_s: float) -> pd.DataFrame:
+    """Per session of a run: frames recorded (the last index + 1), its first frame's time
+    (frame k is due at start + k·T and is never submitted before it, so the least
+    t_submit − k·T is the start, up to the engine's submit delay) and the tokens asked per
+    frame, in frame order."""
+    return cur.execute(
+        """
+        SELECT session_id, max(frame_idx) + 1 AS frames,
+               min(t_submit - frame_idx * ?) AS start_s,
+               list(tokens_expected ORDER BY frame_idx) AS tokens_out
+        FROM frames WHERE run_id = ? GROUP BY session_id ORDER BY session_id
+        """, [frame_s, run_id]).df()
+
+
+def session_outcomes(cur, run_id: str) -> dict[int, str]:
+    """Sessions the system turned away or closed early (reject, evict, session error,
+    max_model_len), by session id: the event kind and its reason."""
+    rows = cur.execute(
+        "SELECT CAST(json_extract(detail, '$.session_id') AS INTEGER), kind, "
+        "json_extract_string(detail, '$.reason') FROM events "
+        "WHERE run_id = ? AND kind IN ('reject', 'close') ORDER BY t", [run_id]).fetchall()
+    return {sid: f"{kind}: {reason}" for sid, kind, reason in rows if sid is not None}
+
+
+def replays(cur, limit: int = 200) -> pd.DataFrame:
+    """Runs that replayed a recorded run: their id and the original's, newest first."""
+    return cur.execute(
+        "SELECT run_id, json_extract_string(settings, '$.replay_run') AS original "
+        "FROM runs WHERE load = 'replay' AND json_extract_string(settings, '$.replay_run') "
+        "IS NOT NULL ORDER BY started_at DESC LIMIT ?", [limit]).df()
+
+
+def caps(cur, run_id: str) -> pd.DataFrame:
+    """The admission cap at every tick of a run (N* discovery reads where it settled)."""
+    return cur.execute("SELECT t, limit_sessions FROM ticks WHERE run_id = ? ORDER BY t",
+                       [run_id]).df()
