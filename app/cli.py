@@ -40,32 +40,43 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--engine", choices=["vllm", "twin"], default="vllm")
     run.add_argument("--model", default="tiny", help="tiny, smollm2 or a local model folder")
     run.add_argument("--db", default=None, help="DuckDB file (default: $METRONOME_DB or metronome.duckdb)")
-    run.add_argument("--seed", type=int, default=0)
+    # Load fields default to None ("not given"): a replay takes the recording's for those.
+    run.add_argument("--seed", type=int, default=None, help="default 0; replay: the recording's")
     run.add_argument("--policy", choices=["unbounded", "window"], default="unbounded")
     run.add_argument("--window", type=int, default=None, help="window tokens (policy window)")
     run.add_argument("--sinks", type=int, default=0, help="attention-sink tokens")
     run.add_argument("--block-size", type=int, default=32)
     run.add_argument("--pool-blocks", type=int, default=256)
     run.add_argument("--max-model-len", type=int, default=None)
-    run.add_argument("--frame-ms", type=_positive_float, default=80.0)
+    run.add_argument("--frame-ms", type=_positive_float, default=None,
+                     help="default 80; replay: the recording's")
     run.add_argument("--budget-ms", type=_positive_float, default=None)
-    run.add_argument("--tokens-in", type=int, default=16)
-    run.add_argument("--tokens-out", type=int, default=4)
+    run.add_argument("--tokens-in", type=int, default=None, help="default 16")
+    run.add_argument("--tokens-out", type=int, default=None, help="default 4")
     run.add_argument("--wait-budget", type=_positive_float, default=None,
                      help="gateway mode: answer an empty frame after F·budget")
-    run.add_argument("--load", choices=["fixed", "ramp", "poisson", "wav", "mic"],
-                     default="fixed", help="wav: replay --wav-dir; mic: one live session")
+    run.add_argument("--load", choices=["fixed", "ramp", "poisson", "wav", "mic", "replay"],
+                     default="fixed", help="wav: replay --wav-dir; mic: one live session; "
+                                           "replay: --replay-run or --replay-trace")
     run.add_argument("--wav-dir", default=None,
                      help="load wav: folder of .wav files; session i replays file i mod count")
     run.add_argument("--wav-loop", action=argparse.BooleanOptionalAction, default=True,
                      help="load wav: loop each file (--no-wav-loop: its session ends with it)")
     run.add_argument("--mic-device", default=None,
                      help="load mic: input device index or name (default: the system's input)")
-    run.add_argument("--sessions", type=int, default=8)
+    run.add_argument("--replay-run", default=None, metavar="RUN_ID",
+                     help="load replay: re-offer this recorded run's sessions (same arrivals, "
+                          "lengths and tokens) against the settings given here")
+    run.add_argument("--replay-trace", default=None, metavar="PATH",
+                     help="load replay: a CSV or Parquet trace (session_id, start_s, end_s, "
+                          "tokens_in, tokens_out; a row per session or per frame)")
+    run.add_argument("--sessions", type=int, default=None, help="default 8")
     run.add_argument("--arrival-rate", type=_positive_float, default=None)
     run.add_argument("--session-s", type=_positive_float, default=None)
-    run.add_argument("--duration", type=_positive_float, default=10.0, help="seconds")
-    run.add_argument("--stagger", action="store_true", help="phase-stagger session frames")
+    run.add_argument("--duration", type=_positive_float, default=None,
+                     help="seconds (default 10)")
+    run.add_argument("--stagger", action="store_true", default=None,
+                     help="phase-stagger session frames")
     run.add_argument("--paced", action="store_true",
                      help="twin only: run in wall-clock time (demos, soak tests)")
     run.add_argument("--admission", choices=["off", "fixed", "aimd", "gradient"],
@@ -111,6 +122,47 @@ def build_parser() -> argparse.ArgumentParser:
                          help="text file or folder of fortune files "
                               "(default: Debian's fortunes, else the GPL-3 text)")
 
+    sched = sub.add_parser("scheduler", help="run the schedules headless (no console)")
+    sched.add_argument("--db", default=None)
+    sched.add_argument("--for", dest="for_s", type=_positive_float, default=None,
+                       metavar="SECONDS", help="stop after this long (default: until a signal)")
+
+    schedule = sub.add_parser("schedule", help="define, list, pause, resume or remove schedules")
+    schedule_sub = schedule.add_subparsers(dest="action", required=True)
+    add = schedule_sub.add_parser("add", help="add a schedule")
+    add.add_argument("--db", default=None)
+    add.add_argument("--name", required=True)
+    add.add_argument("--kind", required=True,
+                     choices=["canary", "cliff vs slope", "collapse", "N* discovery",
+                              "retention"])
+    when = add.add_mutually_exclusive_group(required=True)
+    when.add_argument("--every", type=_positive_float, metavar="SECONDS")
+    when.add_argument("--cron", metavar="'MIN HOUR DAY MONTH WEEKDAY'")
+    add.add_argument("--settings", default="{}", metavar="JSON",
+                     help="RunConfig arguments of the run (canary) or the experiment's base, "
+                          'e.g. \'{"engine": "twin", "pool_blocks": 64}\'')
+    add.add_argument("--window", type=int, default=128, help="experiments: W of windowed runs")
+    add.add_argument("--sinks", type=int, default=0, help="experiments: S of windowed runs")
+    add.add_argument("--repeats", type=int, default=3, help="collapse: seeds per policy")
+    add.add_argument("--older-than-days", type=_positive_float, default=None,
+                     help="retention: archive runs older than this")
+    add.add_argument("--busy-wait", type=_positive_float, default=30.0, metavar="SECONDS",
+                     help="how long a fire waits for a busy engine before it is skipped")
+    add.add_argument("--misfire-grace", type=_positive_float, default=60.0, metavar="SECONDS")
+    add.add_argument("--drift-threshold", type=_positive_float, default=0.2,
+                     help="relative change of N* or t_sat reported as drift (0.2: 20 %%)")
+    add.add_argument("--paused", action="store_true")
+    listing = schedule_sub.add_parser("list", help="schedules and their latest fire")
+    listing.add_argument("--db", default=None)
+    for action in ("pause", "resume", "remove"):
+        one = schedule_sub.add_parser(action, help=f"{action} a schedule")
+        one.add_argument("schedule_id")
+        one.add_argument("--db", default=None)
+
+    archive = sub.add_parser("archive", help="move runs older than an age to Parquet now")
+    archive.add_argument("--older-than-days", type=_positive_float, required=True)
+    archive.add_argument("--db", default=None)
+
     build = sub.add_parser("build-model", help="build or convert a bundled model into the cache")
     build.add_argument("name", choices=["tiny", "smollm2"])
     build.add_argument("--seed", type=int, default=0)
@@ -124,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     try:
         return {"run": _cmd_run, "quality": _cmd_quality, "fit-twin": _cmd_fit, "runs": _cmd_runs,
-                "build-model": _cmd_build, "report": _cmd_report}[args.command](args)
+                "build-model": _cmd_build, "report": _cmd_report, "scheduler": _cmd_scheduler,
+                "schedule": _cmd_schedule, "archive": _cmd_archive}[args.command](args)
     except (ValueError, RuntimeError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"metronome: error: {message}", file=sys.stderr)
@@ -132,10 +185,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_config_from_args(args) -> "RunConfig":  # noqa: F821 - imported lazily
+    from dataclasses import fields
+
+    from app.replay import with_recorded_load
     from engine.config import parse_vllm_args
     from runtime.config import RunConfig, ScheduledChange
 
-    return RunConfig(
+    values = dict(
         engine=args.engine, model=args.model, seed=args.seed, policy=args.policy,
         window=args.window, sinks=args.sinks, block_size=args.block_size,
         pool_blocks=args.pool_blocks, max_model_len=args.max_model_len,
@@ -143,13 +199,23 @@ def run_config_from_args(args) -> "RunConfig":  # noqa: F821 - imported lazily
         tokens_out=args.tokens_out, wait_budget=args.wait_budget, load=args.load,
         sessions=args.sessions, arrival_rate=args.arrival_rate, session_s=args.session_s,
         duration_s=args.duration, stagger=args.stagger, wav_dir=args.wav_dir,
-        wav_loop=args.wav_loop, mic_device=args.mic_device,
+        wav_loop=args.wav_loop, mic_device=args.mic_device, replay_run=args.replay_run,
+        replay_trace=args.replay_trace, replay_db=args.db if args.replay_run else None,
         admission="fixed" if args.admission == "off" else args.admission,
         target=args.target, stall_guard=args.stall_guard == "on",
-        memory_guard=args.memory_guard == "on",
-        paced=args.paced,
+        memory_guard=args.memory_guard == "on", paced=args.paced,
         vllm_args=parse_vllm_args(args.vllm_arg),
         changes=tuple(ScheduledChange.parse(text) for text in args.change))
+    given = {key for key, value in values.items() if value is not None}
+    values = with_recorded_load(values, given)
+    defaults = {f.name: f.default for f in fields(RunConfig)}
+    return RunConfig(**{key: defaults[key] if value is None and key in _LOAD_FLAGS else value
+                        for key, value in values.items()})
+
+
+# Flags whose default is None on the command line so that a replay can tell them apart.
+_LOAD_FLAGS = ("seed", "frame_ms", "tokens_in", "tokens_out", "sessions", "duration_s",
+               "stagger")
 
 
 def _cmd_run(args) -> int:
@@ -276,6 +342,104 @@ def _cmd_quality(args) -> int:
     out.write(text + "\n")
     out.flush()
     return 0
+
+
+def _cmd_scheduler(args) -> int:
+    import threading
+
+    from app.engine_host import RunHost
+    from app.scheduler import SchedulerService
+    from store import open_store
+
+    store = open_store(args.db)
+    host = RunHost()
+    service = SchedulerService(host, store.path).start()
+    done = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: done.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for schedule_id, at in sorted(service.next_fire_times().items()):
+            logging.getLogger(__name__).info("schedule %s: next fire %s", schedule_id,
+                                             "paused" if at is None else f"{at:%Y-%m-%d %H:%M:%S}")
+        done.wait(args.for_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        service.shutdown()
+        host.close()
+        store.close()
+    return 0
+
+
+def _cmd_schedule(args) -> int:
+    from app import scheduler
+    from app.schedules import ScheduleSpec
+    from store import open_store
+    from store import schedules as table
+
+    store = open_store(args.db)
+    try:
+        if args.action == "add":
+            try:
+                settings = json.loads(args.settings)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"settings {args.settings!r} is not JSON: {exc.msg}") from None
+            params = ({"older_than_days": args.older_than_days} if args.kind == "retention"
+                      else {"settings": settings, "window": args.window, "sinks": args.sinks,
+                            "repeats": args.repeats})
+            spec = ScheduleSpec(
+                name=args.name, kind=args.kind, trigger="cron" if args.cron else "interval",
+                every_s=args.every, cron=args.cron, params=params,
+                misfire_grace_s=args.misfire_grace, busy_wait_s=args.busy_wait,
+                drift_threshold=args.drift_threshold)
+            print(scheduler.add_schedule(store, spec, paused=args.paused))
+        elif args.action == "list":
+            rows = table.schedules(store.cursor())
+            drift = table.latest_drift(store.cursor()).set_index("schedule_id")
+            for row in rows:
+                spec = ScheduleSpec.from_row(row)
+                last = drift.loc[row["schedule_id"]] if row["schedule_id"] in drift.index \
+                    else None
+                note = "" if last is None else (
+                    f"  last fire: N* {_shown(last.n_star, '.0f')} t_sat "
+                    f"{_shown(last.t_sat_s, '.2f')} s"
+                    + (f"  DRIFT: {last.drift_note}" if last.drifted else ""))
+                print(f"{row['schedule_id']}  {'paused ' if row['paused'] else ''}"
+                      f"{spec.name} · {spec.kind} · {spec.trigger_text()}{note}")
+            if not rows:
+                print("no schedules")
+        else:
+            scheduler.existing(store.cursor(), args.schedule_id)
+            if args.action == "remove":
+                table.delete_schedule(store, args.schedule_id)
+            else:
+                table.set_paused(store, args.schedule_id, args.action == "pause")
+            print(f"{args.schedule_id} {args.action}d")
+    finally:
+        store.close()
+    return 0
+
+
+def _shown(value, fmt: str) -> str:
+    import math
+
+    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else format(value, fmt)
+
+
+def _cmd_archive(args) -> int:
+    from store import archive, open_store
+
+    store = open_store(args.db)
+    try:
+        results = archive.archive_older_than(store, args.older_than_days * 86400.0)
+    finally:
+        store.close()
+    for r in results:
+        print(f"{r.run_id}  {r.status}  " + (r.path or r.reason or ""))
+    if not results:
+        print("no runs that old")
+    return 0 if all(r.status == "archived" for r in results) else EXIT_FAILED
 
 
 def _cmd_build(args) -> int:

@@ -1,4 +1,5 @@
-"""The console: one Streamlit app, a page per concern (Live, Controls, Load, Experiments, Runs).
+"""The console: one Streamlit app, a page per concern (Live, Controls, Load, Experiments, Runs,
+Schedules).
 
 Pages only read: the run lives in the process-wide RunHost (app.engine_host) and its data in the
 DuckDB store, so a rerun of a page script (every interaction, every fragment tick) never
@@ -13,6 +14,7 @@ from pathlib import Path
 import streamlit as st
 
 from app.engine_host import ACTIVE, RunHost, one_line
+from app.scheduler import SchedulerService
 from app.views import engine_label
 from store import Store, StoreError, db_path, open_store
 
@@ -28,6 +30,13 @@ STATUS_REFRESH_S = 1.0
 def run_host() -> RunHost:
     """One host per process: DuckDB allows one writer per file and vLLM one engine per chip."""
     return RunHost()
+
+
+@st.cache_resource(show_spinner=False, on_release=SchedulerService.shutdown)
+def scheduler(path: str) -> SchedulerService:
+    """One scheduler per process and database, firing on the console's own run host (so a
+    fire and an operator's run never overlap); started with the console, stopped with it."""
+    return SchedulerService(run_host(), path).start()
 
 
 def store() -> Store:
@@ -47,7 +56,13 @@ def main() -> None:
         st.Page(str(PAGES / "load.py"), title="Load", url_path="load"),
         st.Page(str(PAGES / "experiments.py"), title="Experiments", url_path="experiments"),
         st.Page(str(PAGES / "runs.py"), title="Runs", url_path="runs"),
+        st.Page(str(PAGES / "schedules.py"), title="Schedules", url_path="schedules"),
     ])
+    try:
+        scheduler(path)
+    except Exception as exc:  # noqa: BLE001 - the pages still work; say why nothing fires
+        logger.exception("scheduler did not start")
+        st.sidebar.error(f"schedules are not firing: {one_line(exc)}")
     with st.sidebar:
         st.caption(f"database {path}")
         _running_now(run_host())

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app import charts, experiments, views
+from app import charts, experiments, replay, views
 from store import queries
 
 
@@ -69,3 +69,22 @@ def n_star(cur, row: dict) -> None:
     st.dataframe(pd.DataFrame([{k: summary[k] for k in (
         "admitted", "rejected", "p95_ms", "silent_rate", "on_time_rate", "stalled")}]),
         hide_index=True)
+
+
+def replay_beside_original(cur, original_id: str, replay_id: str) -> None:
+    """A replay and the run it re-offered, one line each ("same load, W = 256: no stall,
+    p95 41 ms") over their charts on shared axes."""
+    original = queries.run_row(cur, original_id)
+    again = queries.run_row(cur, replay_id)
+    if again is None or not again["summary"]:
+        st.caption("the replay has not finished yet")
+        return
+    if original is None or not original["summary"]:
+        st.caption(f"the original run {original_id} is no longer in the database (archived "
+                   f"runs open below)")
+        st.markdown(f"**{replay.headline(again)}**")
+        return
+    left, right = st.columns(2)
+    left.markdown(f"**{replay.headline(original)}** · run {original_id}")
+    right.markdown(f"**{replay.headline(again, original)}** · run {replay_id}")
+    side_by_side(cur, [original, again])

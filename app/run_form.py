@@ -19,11 +19,12 @@ SYNTHETIC_LOADS = ("fixed", "ramp", "poisson")
 
 
 def load_choices() -> list[str]:
-    """Synthetic shapes, plus WAV replay and the microphone once the runtime takes them (a
-    RunConfig with a wav_dir / mic_device field)."""
+    """Synthetic shapes, plus WAV replay, the microphone and the replay of a recording once the
+    runtime takes them (a RunConfig with a wav_dir / mic_device / replay_run field)."""
     have = {f.name for f in fields(RunConfig)}
-    audio = [kind for kind, field in (("wav", "wav_dir"), ("mic", "mic_device")) if field in have]
-    return [*SYNTHETIC_LOADS, *audio]
+    extra = [kind for kind, field in (("wav", "wav_dir"), ("mic", "mic_device"),
+                                      ("replay", "replay_run")) if field in have]
+    return [*SYNTHETIC_LOADS, *extra]
 
 
 def settings_widgets() -> dict:
@@ -62,6 +63,7 @@ def settings_widgets() -> dict:
         placeholder="off", help="Gateway mode: answer an empty frame after this fraction of "
                                 "the budget.")
     audio = _audio_widgets(load)
+    recorded = _replay_widgets(load)
     st.markdown("**Admission and guards**")
     a, b, c, d = st.columns(4)
     admission = a.selectbox("Admission", ADMISSIONS, key="admission")
@@ -76,7 +78,7 @@ def settings_widgets() -> dict:
             "arrival_rate": arrival_rate, "session_s": session_s, "seed": int(seed),
             "wait_budget": wait_budget, "admission": admission, "target": float(target),
             "stall_guard": stall_guard == "on", "memory_guard": memory_guard == "on",
-            "paced": paced and engine == "twin", **audio}
+            "paced": paced and engine == "twin", **audio, **recorded}
 
 
 def _audio_widgets(load: str) -> dict:
@@ -95,10 +97,29 @@ def _audio_widgets(load: str) -> dict:
     return args
 
 
+def _replay_widgets(load: str) -> dict:
+    """Load replay's source: a recorded run of this database, or a trace file. A replay's
+    frame period, sessions, duration and seed follow the recording (app.replay)."""
+    if "replay" not in load_choices():
+        return {}
+    a, b = st.columns(2)
+    run_id = a.text_input("Replay run (load replay: a recorded run id)", key="replay_run",
+                          help="Its sessions arrive at the same times with the same tokens; "
+                               "frame period, sessions, duration and seed follow it.") or None
+    trace = b.text_input("Replay trace (load replay: CSV or Parquet file)", key="replay_trace",
+                         help="Columns session_id, start_s, end_s, tokens_in, tokens_out; a "
+                              "row per session or per frame.") or None
+    if load != "replay":
+        return {}
+    return {"replay_run": run_id.strip() if run_id else None,
+            "replay_trace": trace.strip() if trace else None}
+
+
 def describe(config: RunConfig) -> dict:
     """The settings an operator reads in 'running now' (the rest are defaults)."""
     keys = ("engine", "model", "policy", "window", "sinks", "frame_ms", "pool_blocks", "load",
             "sessions", "arrival_rate", "session_s", "duration_s", "seed", "admission",
-            "target", "stall_guard", "memory_guard", "wait_budget", "paced")
+            "target", "stall_guard", "memory_guard", "wait_budget", "paced", "replay_run",
+            "replay_trace")
     d = config.as_dict()
     return {k: d[k] for k in keys if d.get(k) is not None}

@@ -4,14 +4,14 @@ session's frame source; synthetic token frames live here, audio sources in wav.p
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass
 
 from load_gen import mic, wav
-from load_gen.frames import Frame, FrameSource
+from load_gen.frames import FrameSource
+from load_gen.generated import SyntheticFrames, planned_arrivals, session_seed
 from load_gen.tokenizer import frame_tokenizer
 
-LOADS = ("fixed", "ramp", "poisson", "wav", "mic")
+LOADS = ("fixed", "ramp", "poisson", "wav", "mic", "replay")
 AUDIO_LOADS = ("wav", "mic")
 MIN_AUDIO_FRAME_MS = 10.0  # codecs frame at 10 ms or more; shorter frames hold too few samples
 
@@ -28,6 +28,9 @@ class LoadConfig:
     wav_dir: str | None = None  # wav: session i replays file i mod F of this folder
     wav_loop: bool = True  # wav: wrap to the start at the file's end (else the session ends)
     mic_device: str | None = None  # mic: PortAudio input index or name; None: the default
+    replay_run: str | None = None  # replay: a recorded run of this store to re-offer
+    replay_trace: str | None = None  # replay: a CSV or Parquet trace file to re-offer
+    replay_db: str | None = None  # replay_run's database (None: $METRONOME_DB or the default)
     sample_rate_hz: int = 16_000  # audio loads: the model's input rate
 
     def __post_init__(self) -> None:
@@ -53,6 +56,8 @@ class LoadConfig:
             raise ValueError(f"mic device {self.mic_device!r} only applies to load mic")
         if self.kind in AUDIO_LOADS:
             self._check_audio()
+        if self.kind == "replay" or self.replay_run or self.replay_trace or self.replay_db:
+            self._check_replay()
 
     def _check_audio(self) -> None:
         if self.frame_ms < MIN_AUDIO_FRAME_MS:
@@ -68,63 +73,38 @@ class LoadConfig:
             mic.system_input(self.mic_device, self.sample_rate_hz)
 
 
+    def _check_replay(self) -> None:
+        if self.kind != "replay":
+            given = self.replay_run or self.replay_trace or self.replay_db
+            raise ValueError(f"replay source {given} only applies to load replay")
+        if (self.replay_run is None) == (self.replay_trace is None):
+            raise ValueError("load replay needs exactly one of --replay-run (a recorded run) "
+                             "or --replay-trace (a CSV or Parquet file)")
+        from load_gen import replay  # reads the store or a file: only when a replay is asked for
+
+        replay.trace_for(self)  # read once, then cached
+
+
 def arrival_times(cfg: LoadConfig) -> list[float]:
-    """Seconds from run start at which each offered session arrives (sorted, < duration)."""
-    if cfg.kind == "fixed":
-        return [0.0] * cfg.sessions
-    if cfg.kind == "mic":
-        return [0.0]  # one live session per microphone, whatever --sessions says
-    if cfg.kind == "wav":
-        # Phase-staggered evenly over one frame period. The runtime keeps these phases with
-        # --stagger; without it every arrival waits for the next tick (session 0 at tick 0, the
-        # rest at tick 1).
-        frame_s = cfg.frame_ms / 1e3
-        return [t for t in (i / cfg.sessions * frame_s for i in range(cfg.sessions))
-                if t < cfg.duration_s]
-    if cfg.kind == "ramp":
-        # Evenly spaced; without a rate the ramp spans the first half of the run.
-        gap = 1.0 / cfg.arrival_rate if cfg.arrival_rate else cfg.duration_s / 2 / cfg.sessions
-        return [i * gap for i in range(cfg.sessions) if i * gap < cfg.duration_s]
-    rng = random.Random(cfg.seed)
-    times, t = [], 0.0
-    while len(times) < cfg.sessions:
-        t += rng.expovariate(cfg.arrival_rate)
-        if t >= cfg.duration_s:
-            break
-        times.append(t)
-    return times
+    """Seconds from run start at which each offered session arrives (sorted, < duration), in
+    session-id order: the runtime numbers sessions by their index here."""
+    if cfg.kind == "replay":
+        from load_gen import replay
 
-
-class SyntheticFrames:
-    """Per-session token frames: seeded random ids, so runs are reproducible."""
-
-    def __init__(self, session_seed: int, vocab_size: int, tokens_in: int) -> None:
-        if tokens_in < 1:
-            raise ValueError(f"tokens in {tokens_in} must be ≥ 1")
-        if vocab_size < 2:
-            raise ValueError(f"vocab size {vocab_size} must be ≥ 2")
-        self._rng = random.Random(session_seed)
-        self._vocab = vocab_size
-        self._n = tokens_in
-        self._index = 0
-
-    def next_frame(self, frame_s: float = 0.0) -> Frame | None:
-        """The next frame, or None when the source has ended (never, for synthetic load)."""
-        # Id 0 is the special end-of-text token of the bundled tokenizers: avoid it.
-        ids = [self._rng.randrange(1, self._vocab) for _ in range(self._n)]
-        frame = Frame(ids, self._index * frame_s)
-        self._index += 1
-        return frame
-
-    def close(self) -> None:
-        """Nothing to release."""
+        return list(replay.trace_for(cfg).arrivals)
+    return planned_arrivals(cfg.kind, cfg.sessions, cfg.arrival_rate, cfg.duration_s, cfg.seed,
+                            cfg.frame_ms)
 
 
 def make_frame_source(load: LoadConfig, session_id: int, vocab_size: int,
                       tokens_in: int) -> FrameSource:
     """The frame source of one session of this load."""
+    if load.kind == "replay":
+        from load_gen import replay
+
+        return replay.ReplayFrames(replay.trace_for(load), session_id, load.seed, vocab_size)
     if load.kind not in AUDIO_LOADS:
-        return SyntheticFrames(load.seed * 100_003 + session_id, vocab_size, tokens_in)
+        return SyntheticFrames(session_seed(load.seed, session_id), vocab_size, tokens_in)
     tokenizer = frame_tokenizer(load.sample_rate_hz, load.frame_ms, tokens_in, vocab_size)
     if load.kind == "wav":
         clips = wav.load_folder(load.wav_dir, load.sample_rate_hz)

@@ -10,6 +10,7 @@ from engine import ENGINES
 from engine.config import EngineConfig
 from engine.contract import KVPolicy
 from load_gen.synthetic import LoadConfig
+from runtime import replay as _replay  # noqa: F401 - installs the recorded-run reader
 
 MAX_DURATION_S = 7 * 24 * 3600.0  # a week: longer runs are a soak, split them into runs
 # What a scheduled change may set, and how its value is read from text.
@@ -98,6 +99,9 @@ class RunConfig:
     wav_dir: str | None = None  # load wav: folder of .wav files, replayed round-robin
     wav_loop: bool = True  # load wav: loop each file (else its session ends with it)
     mic_device: str | None = None  # load mic: PortAudio input index or name
+    replay_run: str | None = None  # load replay: re-offer this recorded run's sessions
+    replay_trace: str | None = None  # load replay: or a CSV/Parquet trace file's
+    replay_db: str | None = None  # the database holding replay_run (None: $METRONOME_DB)
     admission: str = "fixed"
     target: float = 0.8
     stall_guard: bool = False  # evict the largest session when the pool stalls
@@ -144,7 +148,12 @@ class RunConfig:
         if self.policy == "unbounded" and self.window is not None:
             raise ValueError(f"window {self.window} only applies to policy window")
         self.engine_config()  # validates policy, pool and block size
-        self.load_config()  # validates the load shape
+        load = self.load_config()  # validates the load shape (a replay reads its trace once)
+        if load.kind == "replay":
+            from load_gen import replay
+
+            replay.check_config(replay.trace_for(load), self.frame_ms, self.tokens_out,
+                                self.stagger)
 
     @property
     def budget(self) -> float:
@@ -163,7 +172,30 @@ class RunConfig:
         return LoadConfig(self.load, self.sessions, self.arrival_rate, self.session_s,
                           self.duration_s, self.seed, frame_ms=self.frame_ms,
                           wav_dir=self.wav_dir, wav_loop=self.wav_loop,
-                          mic_device=self.mic_device)
+                          mic_device=self.mic_device, replay_run=self.replay_run,
+                          replay_trace=self.replay_trace, replay_db=self.replay_db)
+
+    @classmethod
+    def from_settings(cls, settings: dict) -> "RunConfig":
+        """A RunConfig from stored settings (`as_dict`, the runs table's JSON, a schedule's
+        params): JSON lists back to tuples, changes back from their AT:KEY=VALUE text, and the
+        vocabulary of runs recorded before guards were booleans ("on"/"off") and before the
+        fixed limit was named fixed ("off"). Unknown keys are a ValueError."""
+        d = dict(settings)
+        unknown = sorted(set(d) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"unknown setting(s) {', '.join(unknown)}")
+        if "vllm_args" in d:
+            d["vllm_args"] = tuple(tuple(kv) for kv in d["vllm_args"] or ())
+        if "changes" in d:
+            d["changes"] = tuple(c if isinstance(c, ScheduledChange) else ScheduledChange.parse(c)
+                                 for c in d["changes"] or ())
+        for guard in ("stall_guard", "memory_guard"):
+            if d.get(guard) in ("on", "off"):
+                d[guard] = d[guard] == "on"
+        if d.get("admission") == "off":
+            d["admission"] = "fixed"
+        return cls(**d)
 
     def as_dict(self) -> dict:
         d = asdict(self)

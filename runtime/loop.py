@@ -20,7 +20,6 @@ import datetime as dt
 import heapq
 import itertools
 import logging
-import math
 import threading
 import uuid
 

@@ -262,3 +262,15 @@ def tsat_prediction(cur, run_id: str, rho_made: float = 0.5) -> dict | None:
     t, rho, tsat = (float(x) for x in row)
     return {"t_made": t, "rho_made": rho, "t_full": t + tsat,
             "label": f"t_sat predicted at {t:.1f} s: full at {t + tsat:.1f} s"}
+def replays(cur, limit: int = 200) -> pd.DataFrame:
+    """Runs that replayed a recorded run: their id and the original's, newest first."""
+    return cur.execute(
+        "SELECT run_id, json_extract_string(settings, '$.replay_run') AS original "
+        "FROM runs WHERE load = 'replay' AND json_extract_string(settings, '$.replay_run') "
+        "IS NOT NULL ORDER BY started_at DESC LIMIT ?", [limit]).df()
+
+
+def caps(cur, run_id: str) -> pd.DataFrame:
+    """The admission cap at every tick of a run (N* discovery reads where it settled)."""
+    return cur.execute("SELECT t, limit_sessions FROM ticks WHERE run_id = ? ORDER BY t",
+                       [run_id]).df()

@@ -98,6 +98,49 @@ CREATE TABLE IF NOT EXISTS twin_models (
     r2 DOUBLE,
     n_steps INTEGER
 );
+-- Schedules are defined here, not in APScheduler: this table is the source of truth and the
+-- scheduler's jobs are rebuilt from it at every start (app/scheduler.py).
+CREATE TABLE IF NOT EXISTS schedules (
+    schedule_id VARCHAR PRIMARY KEY,
+    name VARCHAR,
+    kind VARCHAR,
+    trigger VARCHAR,
+    every_s DOUBLE,
+    cron VARCHAR,
+    params VARCHAR,
+    misfire_grace_s DOUBLE,
+    busy_wait_s DOUBLE,
+    drift_threshold DOUBLE,
+    paused BOOLEAN,
+    created_at TIMESTAMP
+);
+-- One row per fire (or missed/skipped fire) of a schedule; run_ids is a JSON list.
+CREATE TABLE IF NOT EXISTS schedule_fires (
+    fire_id VARCHAR,
+    schedule_id VARCHAR,
+    due_at TIMESTAMP,
+    started_at TIMESTAMP,
+    ended_at TIMESTAMP,
+    status VARCHAR,
+    reason VARCHAR,
+    run_ids VARCHAR,
+    n_star DOUBLE,
+    t_sat_s DOUBLE,
+    n_star_change DOUBLE,
+    t_sat_change DOUBLE,
+    drifted BOOLEAN,
+    drift_note VARCHAR,
+    detail VARCHAR
+);
+-- Retention: each run moved to Parquet (or why it was not).
+CREATE TABLE IF NOT EXISTS archives (
+    run_id VARCHAR,
+    archived_at TIMESTAMP,
+    status VARCHAR,
+    reason VARCHAR,
+    path VARCHAR,
+    row_counts VARCHAR
+);
 CREATE INDEX IF NOT EXISTS frames_run ON frames (run_id);
 CREATE INDEX IF NOT EXISTS ticks_run ON ticks (run_id);
 """
@@ -135,3 +178,6 @@ CREATE TABLE IF NOT EXISTS settings_history (
 """
 
 TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models", "settings_history")
+# every row keyed by one run_id (retention moves these)
+RUN_TABLES = ("runs", "frames", "ticks", "events", "steps", "settings_history")
+FIRE_STATUSES = ("running", "finished", "failed", "skipped", "missed", "interrupted")

@@ -76,6 +76,21 @@ class StoreWriter:
             self._lose(table, n_rows, f"write queue full for {BACKPRESSURE_S} s "
                                       f"({self._queue.maxsize} items): the store fell behind")
 
+    def call(self, fn, timeout: float = 60.0):
+        """Run `fn(connection)` in the writer thread, after everything queued before it, and
+        return its result (its exception is raised here). For writes whose outcome the caller
+        needs (schedule edits, retention's deletes): DuckDB keeps one writer, this thread."""
+        if not self._thread.is_alive():
+            raise RuntimeError("the store is closed")
+        box: dict = {}
+        done = threading.Event()
+        self._queue.put(("call", fn, (box, done)), timeout=timeout)
+        if not done.wait(timeout):
+            raise TimeoutError(f"store writer did not run the call within {timeout} s")
+        if "error" in box:
+            raise box["error"]
+        return box.get("result")
+
     def flush(self, timeout: float = 30.0) -> int:
         """Block until everything queued so far is on disk (or counted lost). Returns the rows
         lost so far (all tables); raises TimeoutError when the writer does not get there."""
@@ -122,6 +137,14 @@ class StoreWriter:
                         self._con.execute(a, b)
                     except Exception as exc:  # noqa: BLE001 - the writer outlives one statement
                         self._lose("statement", 1, f"{a[:60]!r}: {exc}")
+                elif kind == "call":
+                    self._write_buffers()
+                    box, done = b
+                    try:
+                        box["result"] = a(self._con)
+                    except Exception as exc:  # noqa: BLE001 - handed to the caller
+                        box["error"] = exc
+                    done.set()
                 elif kind == "flush":
                     self._write_buffers()
                     a.set()

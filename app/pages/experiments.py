@@ -54,7 +54,7 @@ if go:
 def results() -> None:
     state = host.state()
     series = state["series"]
-    if series is None:
+    if series is None or series["kind"] not in experiments.KINDS:  # e.g. a schedule's fire
         st.info("No experiment yet in this console: set one up above and run it.")
         return
     if state["status"] in ACTIVE:

@@ -4,6 +4,7 @@ what is running."""
 import streamlit as st
 
 from app import run_form, views
+from app.replay import with_recorded_load
 from app.console import run_host, store
 from app.engine_host import one_line
 from runtime import RunConfig
@@ -19,7 +20,9 @@ with left:
     if start:
         try:
             # RunConfig validates everything; its ValueError is already one operator-facing line.
-            host.start(RunConfig(**config_args), store().path)
+            if config_args["load"] == "replay" and config_args.get("replay_run"):
+                config_args["replay_db"] = store().path
+            host.start(RunConfig(**with_recorded_load(config_args)), store().path)
         except (ValueError, StoreError) as exc:
             st.error(one_line(exc))
         else:

@@ -1,5 +1,6 @@
-"""Runs: the recorded history with filters; open a run in the Live view, compare two runs,
-export a run's frames (Parquet, CSV) and a report (HTML, PNG)."""
+"""Runs: the recorded history with filters; open a run in the Live view, compare two runs, a
+replay beside its original, export a run's frames (Parquet, CSV) and a report (HTML, PNG), and
+open a run that retention moved to Parquet."""
 
 import io
 import json
@@ -10,10 +11,33 @@ import streamlit as st
 
 from app import report, views
 from app.console import LIVE_PAGE, store
-from app.experiment_views import finished_rows, side_by_side
+from app.experiment_views import finished_rows, replay_beside_original, side_by_side
 from runtime import ENGINES
-from store import RUN_STATUSES, queries
+from store import RUN_STATUSES, archive, queries
 
+
+def archived_section() -> None:
+    """Runs retention moved to Parquet, read back through DuckDB's read_parquet."""
+    archived = archive.archived_runs(store().path)
+    if not archived:
+        return
+    st.subheader("Archived runs")
+    st.caption(f"moved to {archive.archive_dir(store().path)} by retention; read from Parquet")
+    chosen = st.selectbox("Archived run", archived, key="runs_archived")
+    if st.button("Open archived run", key="runs_archived_open"):
+        st.session_state["runs_archived_shown"] = chosen
+    shown = st.session_state.get("runs_archived_shown")
+    if shown not in archived:
+        return
+    con = archive.open_archived(store().path, shown)
+    try:
+        row = queries.run_row(con, shown)
+        views.header(row, live=False)
+        views.summary_metrics(row["summary"])
+        data = views.live_data(con, row)
+        views.run_charts(data)
+    finally:
+        con.close()
 
 
 def export_frames(run_id: str, fmt: str) -> bytes:
@@ -37,6 +61,7 @@ history = queries.run_history(cur, status, engine, policy, text)
 if history.empty:
     st.info("No recorded runs match." if status or engine or policy or text else
             "No runs yet: start one on the Load page or the Experiments page.")
+    archived_section()
     st.stop()
 
 summaries = [json.loads(s) if s else {} for s in history.pop("summary")]
@@ -66,6 +91,14 @@ if st.toggle("Show comparison", key="runs_compare_show"):
     else:
         st.caption("only finished runs can be compared")
 
+replays = queries.replays(cur)
+if not replays.empty:
+    st.subheader("Replays beside their originals")
+    originals = dict(zip(replays.run_id, replays.original))
+    replay = st.selectbox("Replay", list(originals), key="runs_replay",
+                          format_func=lambda r: f"{labels.get(r, r)} ← {originals[r]}")
+    replay_beside_original(cur, originals[replay], replay)
+
 st.subheader("Export")
 chosen = st.selectbox("Run", ids, format_func=labels.get, key="runs_export")
 a, b, c, d = st.columns(4)
@@ -81,3 +114,5 @@ d.download_button("Report (PNG)", lambda: report.render(store().cursor(), [chose
                   f"{chosen}-report.png", key="dl_png")
 st.caption("`metronome report RUN_ID [RUN_ID] --out FILE.html|png` writes the same reports "
            "(two runs side by side) from the command line.")
+
+archived_section()

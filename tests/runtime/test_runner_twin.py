@@ -5,7 +5,6 @@ import time
 
 import pytest
 
-from engine.config import EngineConfig
 from engine.twin import CostModel, TwinEngine
 from runtime import RunConfig, Runner, execute
 from store.queries import events, frame_counts, occupancy, run_row

@@ -1,0 +1,95 @@
+"""Replay of a recorded run: its trace (arrivals, session lengths, tokens per frame) read from
+the store or its archive. Installed into load_gen.replay at import, so the load generator
+never imports the store (runtime → {load_gen, store})."""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from pathlib import Path
+
+from load_gen import replay as load_replay
+from load_gen.generated import planned_arrivals
+from load_gen.replay import (RECORDED_FIELDS, ReplaySession, ReplayTrace, _compact, _start,
+                             file_trace)
+
+def recorded_trace(run_id: str, db: str | None = None) -> ReplayTrace:
+    from store import db_path
+
+    path = db_path(db)
+    key = path if path == ":memory:" else str(Path(path).expanduser().resolve())
+    return _recorded_trace(key, run_id)
+
+
+@lru_cache(maxsize=32)  # a finished run never changes (archiving moves it unchanged)
+def _recorded_trace(db: str, run_id: str) -> ReplayTrace:
+    from store import archive, open_store, queries
+
+    store = open_store(db)
+    cur = store.cursor()
+    row = queries.run_row(cur, run_id)
+    archived = None
+    if row is None and run_id in archive.archived_runs(store.path):
+        archived = archive.open_archived(store.path, run_id)
+        cur = archived
+        row = queries.run_row(cur, run_id)
+    if row is None:
+        raise ValueError(f"run {run_id!r} is not in {store.path} (nor in its archive)")
+    try:
+        return _from_recording(cur, row, db)
+    finally:
+        if archived is not None:
+            archived.close()
+
+
+def _from_recording(cur, row: dict, db: str) -> ReplayTrace:
+    from store import replay_queries as queries
+
+    run_id = row["run_id"]
+    if row["status"] != "finished":
+        raise ValueError(f"run {run_id} is {row['status']}; only a finished run can be replayed")
+    s = json.loads(row["settings"])
+    settings = {k: s[k] for k in RECORDED_FIELDS}
+    if s["load"] == "replay":  # the same load as its own source, by construction
+        source = (recorded_trace(s["replay_run"], s.get("replay_db") or db)
+                  if s.get("replay_run") else file_trace(s["replay_trace"], s["frame_ms"]))
+        return ReplayTrace(f"run {run_id}", source.arrivals, source.sessions, s["frame_ms"],
+                           s["stagger"], settings)
+    frame_s = s["frame_ms"] / 1e3
+    arrivals = planned_arrivals(s["load"], s["sessions"], s["arrival_rate"], s["duration_s"],
+                                s["seed"], s["frame_ms"])
+    recorded = {int(r.session_id): r for r in
+                queries.replay_frames(cur, run_id, frame_s).itertuples()}
+    outcomes = queries.session_outcomes(cur, run_id)
+    unknown = sorted(set(recorded) - set(range(len(arrivals))))
+    if unknown:
+        raise ValueError(f"run {run_id} recorded session(s) {unknown[:5]} that its settings "
+                         f"never offered; it cannot be replayed exactly")
+    starts, sessions = [], []
+    for i, arrival in enumerate(arrivals):
+        start = _start(arrival, i, frame_s, s["stagger"], s["load"])
+        rec = recorded.get(i)
+        if rec is not None and abs(rec.start_s - start) > frame_s / 2:
+            raise ValueError(f"run {run_id}: session {i} started at {rec.start_s:.3f} s, its "
+                             f"settings say {start:.3f} s; it cannot be replayed exactly")
+        end = min(s["duration_s"], start + s["session_s"]) if s["session_s"] else s["duration_s"]
+        planned = max(0, math.ceil((end - start) / frame_s - 1e-9))
+        n_rec = 0 if rec is None else int(rec.frames)
+        # Sessions cut short by the system, or still running at the end, get their planned
+        # length; a session its source ended (a WAV file without loop) keeps what it sent.
+        n = planned if (i in outcomes or n_rec >= planned - 1) else n_rec
+        asked = [] if rec is None else [int(x) for x in rec.tokens_out][:n]
+        tokens_out = _compact(asked + [s["tokens_out"]] * (n - len(asked)), s["tokens_out"])
+        starts.append(start)
+        sessions.append(ReplaySession(n, s["tokens_in"], tokens_out))
+    if s["stagger"] and s["load"] == "fixed":
+        # The runtime phases staggered sessions only for load fixed; a replay (with stagger)
+        # starts each session at its arrival, so offering the phased starts keeps them.
+        arrivals = starts
+    return ReplayTrace(f"run {run_id}", tuple(arrivals), tuple(sessions), s["frame_ms"],
+                       s["stagger"], settings)
+
+
+
+load_replay.set_recorded_loader(recorded_trace)

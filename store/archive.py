@@ -1,0 +1,182 @@
+"""Retention: old runs move to Parquet files beside the database, and can be read back.
+
+Layout: `<db>.archive/<run_id>/<table>.parquet`, one file per table that has rows keyed by the
+run. A run is written to `<run_id>.partial/`, each file's row count is checked against the
+database, the folder is renamed, and only then are the run's rows deleted, in one transaction
+that counts them again: a mismatch anywhere keeps the run in the database and says why in the
+`archives` table. Nothing moved is lost; at worst a run is in both places.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from store.schema import RUN_TABLES
+
+logger = logging.getLogger(__name__)
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9_.-]+$")  # ids become folder names and SQL string literals
+
+
+class ArchiveMismatch(RuntimeError):
+    """Row counts differ between the database and what was written or is about to be deleted."""
+
+
+@dataclass(frozen=True)
+class ArchiveResult:
+    run_id: str
+    status: str  # "archived" | "failed"
+    reason: str | None = None
+    rows: dict = field(default_factory=dict)  # table -> rows moved
+    path: str | None = None
+
+
+def archive_dir(db_path: str) -> Path:
+    """The folder archived runs go to: beside the database file, named after it."""
+    if db_path == ":memory:":
+        raise ValueError("an in-memory database has no folder to archive runs beside")
+    return Path(str(Path(db_path).expanduser().resolve()) + ".archive")
+
+
+def _checked_id(run_id: str) -> str:
+    if not _RUN_ID.match(run_id or ""):
+        raise ValueError(f"run id {run_id!r} may hold only letters, digits, '.', '_' and '-'")
+    return run_id
+
+
+def _quote(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def old_runs(cur, max_age_s: float, now: dt.datetime | None = None) -> list[str]:
+    """Runs that ended (or started, if they never recorded an end) more than max_age_s ago;
+    a run still 'running' is never old."""
+    if not max_age_s > 0:
+        raise ValueError(f"retention age {max_age_s} s must be > 0")
+    cutoff = (now or dt.datetime.now()) - dt.timedelta(seconds=max_age_s)
+    rows = cur.execute(
+        "SELECT run_id FROM runs WHERE status <> 'running' "
+        "AND COALESCE(ended_at, started_at) < ? ORDER BY started_at", [cutoff]).fetchall()
+    return [r[0] for r in rows]
+
+
+def archive_older_than(store, max_age_s: float, now: dt.datetime | None = None
+                       ) -> list[ArchiveResult]:
+    """Move every run older than max_age_s to Parquet (see the module docstring)."""
+    results = [archive_run(store, run_id) for run_id in old_runs(store.cursor(), max_age_s, now)]
+    moved = sum(r.status == "archived" for r in results)
+    if results:
+        logger.info("retention: %d run(s) archived, %d kept (see the archives table)", moved,
+                    len(results) - moved)
+    return results
+
+
+def archive_run(store, run_id: str) -> ArchiveResult:
+    """Move one run's rows to Parquet, verified, then delete them from the database."""
+    _checked_id(run_id)
+    root = archive_dir(store.path)
+    final = root / run_id
+    partial = root / f"{run_id}.partial"
+    try:
+        counts = _db_counts(store.cursor(), run_id)
+        if counts["runs"] != 1:
+            raise ArchiveMismatch(f"run {run_id} has {counts['runs']} rows in runs, expected 1")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        written = _write_parquet(store.cursor(), run_id, partial)
+        if written != counts:
+            raise ArchiveMismatch(f"Parquet rows {written} differ from the database's {counts}")
+        if final.exists():  # an earlier attempt got this far but its delete did not happen
+            shutil.rmtree(final)
+        partial.rename(final)
+        store.writer.call(lambda con: _delete_counted(con, run_id, counts))
+    except (ArchiveMismatch, OSError, duckdb.Error) as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        logger.warning("retention: run %s kept in the database: %s", run_id, reason)
+        result = ArchiveResult(run_id, "failed", reason)
+    else:
+        result = ArchiveResult(run_id, "archived", None, counts, str(final))
+    store.writer.call(lambda con: con.execute(
+        "INSERT INTO archives (run_id, archived_at, status, reason, path, row_counts) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        [run_id, dt.datetime.now(), result.status, result.reason, result.path,
+         json.dumps(result.rows)]))
+    return result
+
+
+def _db_counts(cur, run_id: str) -> dict:
+    return {t: cur.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", [run_id]).fetchone()[0]
+            for t in RUN_TABLES}
+
+
+def _write_parquet(cur, run_id: str, folder: Path) -> dict:
+    """COPY each table's rows of the run to folder/<table>.parquet; the rows read back."""
+    written = {}
+    for table in RUN_TABLES:
+        path = folder / f"{table}.parquet"
+        cur.execute(f"COPY (SELECT * FROM {table} WHERE run_id = ?) TO {_quote(path)} "
+                    "(FORMAT parquet)", [run_id])
+        written[table] = parquet_rows(path)
+    return written
+
+
+def parquet_rows(path: Path) -> int:
+    """Rows in a Parquet file, read back through DuckDB (what a reader of the archive sees)."""
+    con = duckdb.connect()
+    try:
+        return con.execute(f"SELECT count(*) FROM read_parquet({_quote(path)})").fetchone()[0]
+    finally:
+        con.close()
+
+
+def _delete_counted(con, run_id: str, expected: dict) -> None:
+    """In the writer thread: delete the run's rows in one transaction, only if the rows there
+    are still exactly the ones archived."""
+    con.begin()
+    try:
+        now = _db_counts(con, run_id)
+        if now != expected:
+            raise ArchiveMismatch(f"rows changed while archiving: {now} vs archived {expected}")
+        for table in RUN_TABLES:
+            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+
+
+# --- reading the archive back -----------------------------------------------------------------
+def archived_runs(db_path: str) -> list[str]:
+    """Run ids with a complete archive folder (newest first by id, which sorts by start)."""
+    try:
+        root = archive_dir(db_path)
+    except ValueError:
+        return []
+    if not root.is_dir():
+        return []
+    return sorted((p.name for p in root.iterdir()
+                   if p.is_dir() and not p.name.endswith(".partial")
+                   and (p / "runs.parquet").is_file()), reverse=True)
+
+
+def open_archived(db_path: str, run_id: str):
+    """An in-memory DuckDB connection whose tables runs, frames, ticks, events and steps are
+    views over one archived run's Parquet files, so every query in store.queries (and the
+    console's views) reads it as if it were still in the database. The caller closes it."""
+    folder = archive_dir(db_path) / _checked_id(run_id)
+    if not (folder / "runs.parquet").is_file():
+        raise ValueError(f"run {run_id} is not archived in {folder.parent}")
+    con = duckdb.connect()
+    for table in RUN_TABLES:
+        source = _quote(folder / f"{table}.parquet")
+        con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({source})")
+    return con
