@@ -73,10 +73,13 @@ class _Totals:
 class Runner:
     """Runs one experiment to completion (or stop) and records it in the store."""
 
-    def __init__(self, config: RunConfig, engine: Engine, store, run_id: str | None = None):
+    def __init__(self, config: RunConfig, engine: Engine, store, run_id: str | None = None,
+                 observers: list | tuple = ()):
         self.config = config
         self.engine = engine
         self.store = store
+        # Each gets observe(table, row) for every frame, tick and event row stored (metrics).
+        self.observers = tuple(observers)
         self.run_id = run_id or f"{dt.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
         self._stop = threading.Event()
         self._stop_reason = "stopped by operator"
@@ -290,9 +293,20 @@ class Runner:
                                     payload))
 
     def _event(self, t_rel: float, kind: str, **detail) -> None:
-        self.store.writer.add("events", {
+        self._record("events", {
             "run_id": self.run_id, "t": t_rel, "wall_at": dt.datetime.now(), "kind": kind,
             "detail": json.dumps(detail, default=str)})
+
+    def _record(self, table: str, row: dict) -> None:
+        """Queue a row for the store and show it to the observers. A failing observer is logged
+        once and dropped: metrics must neither end an experiment nor flood its log."""
+        self.store.writer.add(table, row)
+        for observer in self.observers:
+            try:
+                observer.observe(table, row)
+            except Exception:  # noqa: BLE001
+                logger.exception("observer %r failed on a %s row; dropped", observer, table)
+                self.observers = tuple(o for o in self.observers if o is not observer)
 
     # --- arrivals and frames ------------------------------------------------------------------
     def _on_arrive(self, session_id: int, t_rel: float) -> None:
@@ -462,7 +476,7 @@ class Runner:
         self.control.add(now, row["latency_ms"], row["silent"])
         self._tick_frames += 1
         self._tick_silent += row["silent"]
-        self.store.writer.add("frames", row)
+        self._record("frames", row)
 
     def _close_session(self, session: _Session, t_rel: float, why: str) -> None:
         self._finalise(session, self.engine.now(), keep_early=why != "run ended")
@@ -519,7 +533,7 @@ class Runner:
         silent_rate = self._tick_silent / self._tick_frames if self._tick_frames else None
         self._tick_frames = self._tick_silent = 0
         fit = self._occupancy.fit()
-        self.store.writer.add("ticks", {
+        self._record("ticks", {
             "run_id": self.run_id, "tick": k, "t": t_rel, "live": len(self._sessions),
             "limit_sessions": self.limit.limit, "occupancy": pool.occupancy,
             "used_blocks": pool.used_blocks, "total_blocks": pool.total_blocks,
