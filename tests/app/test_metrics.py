@@ -264,3 +264,55 @@ def test_a_taken_port_leaves_the_console_without_metrics_not_broken():
         host = RunHost(metrics_port=s.getsockname()[1])
     assert host.metrics_endpoint.startswith("off: metrics address 127.0.0.1:")
     assert host._exporter is None
+
+
+DEPLOY = __import__("pathlib").Path(__file__).resolve().parents[2] / "deploy"
+
+
+def _deployed_exprs() -> list[str]:
+    import yaml
+
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    dashboard = json.loads((DEPLOY / "grafana" / "metronome.json").read_text())
+    return exprs + [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+
+
+def test_rules_and_dashboard_name_only_series_the_exporter_writes(store):
+    """A misspelt name evaluates without error in Prometheus (to nothing): check the names."""
+    import re
+
+    registry = CollectorRegistry()
+    exporter = MetricsExporter()
+    registry.register(exporter)
+    exporter.track_store(store.writer)
+    cfg = RunConfig(policy="unbounded", admission="aimd", stall_guard="on", **LOAD)
+    _, families = _run(store, exporter, registry, cfg, at_s=6.0)
+    written = {s.name for f in families.values() for s in f.samples}
+    used = {n for e in _deployed_exprs() for n in re.findall(r"\bmetronome_[a-z_]+", e)}
+    assert used and not used - written, sorted(used - written)
+
+
+def test_the_dashboard_imports_as_is_with_a_prometheus_datasource_variable():
+    dashboard = json.loads((DEPLOY / "grafana" / "metronome.json").read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    assert dashboard["id"] is None and dashboard["uid"] == "metronome"  # no instance's ids
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    cells = set()
+    for p in panels:
+        g = p["gridPos"]
+        assert g["x"] + g["w"] <= 24, p["title"]
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not mine & cells, f"panel {p['title']!r} overlaps another"
+        cells |= mine
+        if p["type"] != "row":
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
+            assert p["targets"] and all(t["datasource"] == p["datasource"] for t in p["targets"])
+    titles = " ".join(p["title"] for p in panels)
+    for needle in ("Frame latency vs budget", "Pool occupancy", "t_sat", "Silent frames",
+                   "Admission", "vLLM KV cache usage", "vLLM requests running / waiting",
+                   "vLLM preemptions"):
+        assert needle in titles, needle
