@@ -316,3 +316,14 @@ def test_the_dashboard_imports_as_is_with_a_prometheus_datasource_variable():
                    "Admission", "vLLM KV cache usage", "vLLM requests running / waiting",
                    "vLLM preemptions"):
         assert needle in titles, needle
+
+
+def test_a_bad_metrics_port_setting_is_named_and_the_console_runs_without(monkeypatch):
+    from app.engine_host import RunHost
+
+    monkeypatch.setenv("METRONOME_METRICS_PORT", "nine")
+    host = RunHost()
+    assert host.metrics_endpoint == ("off: METRONOME_METRICS_PORT='nine' must be a port in "
+                                     "[1, 65535], or 0 (off)")
+    monkeypatch.setenv("METRONOME_METRICS_PORT", "0")
+    assert RunHost().metrics_endpoint is None
