@@ -92,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "e.g. --change 5:window=32 --change 10:target=0.5")
     run.add_argument("--vllm-arg", action="append", default=[], metavar="KEY=VALUE",
                      help="pass an engine argument to vLLM (repeatable)")
+    run.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                     help="serve Prometheus metrics on this port while the run runs "
+                          "(our metronome_* and, with vLLM, its vllm:* series)")
+    run.add_argument("--metrics-addr", default="127.0.0.1",
+                     help="address the metrics endpoint binds (default 127.0.0.1)")
 
     fit = sub.add_parser("fit-twin", help="fit the twin's cost model from a recorded vLLM run")
     fit.add_argument("run_id")
@@ -227,14 +232,23 @@ def _cmd_run(args) -> int:
         from engine.models import resolve_model
 
         resolve_model(config.model)
+    exporter = _serve_metrics(args)  # before the engine: a taken port fails in a second
     store = open_store(args.db)
     out = _stdout_for_json()
     engine = make_engine(config, store)
-    runner = Runner(config, engine, store)
+    observers = []
+    if exporter is not None:
+        exporter.track_store(store.writer)
+        observers.append(exporter)
+    runner = Runner(config, engine, store, observers=observers)
+    if exporter is not None:
+        exporter.run_started_for(runner.run_id, config)
     previous = {sig: signal.signal(sig, lambda *_: runner.stop("interrupted by signal"))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         summary = runner.run()
+        if exporter is not None:
+            exporter.run_ended(runner.run_id, summary)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -244,6 +258,18 @@ def _cmd_run(args) -> int:
     out.write(text + "\n")
     out.flush()
     return 0 if summary["status"] in ("finished", "aborted") else EXIT_FAILED
+
+
+def _serve_metrics(args):
+    """The process's metrics exporter, served on --metrics-port; None without the flag."""
+    if args.metrics_port is None:
+        return None
+    if not 1 <= args.metrics_port <= 65535:
+        raise ValueError(f"metrics port {args.metrics_port} must be in [1, 65535]")
+    from app.metrics import default_exporter, serve
+
+    serve(args.metrics_port, args.metrics_addr)
+    return default_exporter()
 
 
 def _stdout_for_json():

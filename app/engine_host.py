@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import threading
 import uuid
 
@@ -20,6 +21,23 @@ from store import open_store
 logger = logging.getLogger(__name__)
 
 ACTIVE = ("starting", "running", "stopping")
+METRICS_PORT_ENV = "METRONOME_METRICS_PORT"  # 0 turns the console's metrics endpoint off
+METRICS_ADDR_ENV = "METRONOME_METRICS_ADDR"
+
+
+def metrics_port_from_env() -> int:
+    from app.metrics import DEFAULT_PORT
+
+    text = os.environ.get(METRICS_PORT_ENV, "").strip()
+    if not text:
+        return DEFAULT_PORT
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{METRICS_PORT_ENV}={text!r} must be a port in [1, 65535], or 0 (off)")
+    return port
 
 
 def one_line(exc: BaseException) -> str:
@@ -38,8 +56,13 @@ class RunHost:
     """One run (or one series of runs, for an experiment) at a time: start it, stop it, change
     it live, read its state from any thread."""
 
-    def __init__(self, engine_factory=make_engine) -> None:
+    def __init__(self, engine_factory=make_engine, metrics_port: int | None = None) -> None:
+        """metrics_port: where Prometheus scrapes this process while it lives (None: from
+        $METRONOME_METRICS_PORT, default 9464; 0: off)."""
         self._make_engine = engine_factory  # injectable so tests can fail an engine start
+        self._exporter = None
+        self.metrics_endpoint: str | None = None  # the URL served, or why none is
+        self._serve_metrics(metrics_port)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._runner: Runner | None = None
@@ -50,6 +73,24 @@ class RunHost:
         self._error: str | None = None
         self._config: RunConfig | None = None
         self._series: dict | None = None  # {"kind", "run_ids", "total"} of an experiment
+
+    def _serve_metrics(self, port: int | None) -> None:
+        # The console must come up even when the port is taken (a second console, a test run):
+        # it logs why and runs without metrics.
+        from app.metrics import default_exporter, serve
+
+        addr = os.environ.get(METRICS_ADDR_ENV, "127.0.0.1")
+        try:
+            port = metrics_port_from_env() if port is None else port
+            if port == 0:
+                return
+            bound = serve(port, addr)
+        except ValueError as exc:
+            logger.error("no Prometheus metrics: %s", exc)
+            self.metrics_endpoint = f"off: {exc}"
+            return
+        self._exporter = default_exporter()
+        self.metrics_endpoint = f"http://{addr}:{bound}/metrics"
 
     def start(self, config: RunConfig, db_path: str | None = None) -> str:
         """Start `config` in the background and return its run id at once.
@@ -176,6 +217,8 @@ class RunHost:
             runner = self._begin(config, engine, store, run_id)
             if runner is not None:
                 summary = runner.run()
+                if self._exporter is not None:
+                    self._exporter.run_ended(run_id, summary)
                 status = summary["status"]
                 error = summary["reason"] if status == "failed" else None
         except Exception as exc:  # noqa: BLE001 - e.g. the store writer timing out at the end
@@ -193,7 +236,12 @@ class RunHost:
         with self._lock:
             if self._stop.is_set():
                 return None
-            self._runner = Runner(config, engine, store, run_id=run_id)
+            observers = []
+            if self._exporter is not None:
+                self._exporter.track_store(store.writer)
+                self._exporter.run_started_for(run_id, config)
+                observers.append(self._exporter)
+            self._runner = Runner(config, engine, store, run_id=run_id, observers=observers)
             self._status = "running"
             return self._runner
 

@@ -69,7 +69,9 @@ class Recorder:
             try:
                 observer.observe(table, row)
             except Exception:  # noqa: BLE001 - an observer must never break the run
-                logger.exception("observer %r failed on a %s row", observer, table)
+                # Logged once and dropped: metrics must neither end a run nor flood its log.
+                logger.exception("observer %r failed on a %s row; dropped", observer, table)
+                self.observers = tuple(o for o in self.observers if o is not observer)
 
     def event(self, t_rel: float, kind: str, **detail) -> None:
         self.add("events", {

@@ -63,6 +63,15 @@ if [ "$MODE" = test ] && ! { command -v espeak-ng && command -v sox && dpkg -s l
   fi
 fi
 
+if [ "$MODE" = test ] && ! { command -v prometheus && command -v promtool; } >/dev/null 2>&1; then
+  # The metrics test scrapes a run with a real Prometheus and checks the alert rules with
+  # promtool (both in Debian's prometheus package; started by the test, not as a service).
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "setup: installing Debian prometheus for the metrics test" >&2
+    (apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null) || echo "setup: prometheus not installed; the Prometheus test will be skipped" >&2
+  fi
+fi
+
 if [ ! -d /usr/share/games/fortunes ]; then
   # `metronome quality` and its test read long English text offline: Debian's fortunes.
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

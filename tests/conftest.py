@@ -6,6 +6,8 @@ import pytest
 
 os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The console serves metrics on 9464 by default; tests that want it pass their own port.
+os.environ.setdefault("METRONOME_METRICS_PORT", "0")
 
 
 @pytest.fixture

@@ -31,6 +31,9 @@ def _metronome(*args, timeout=120):
     (["--load", "wav", "--wav-dir", "/nonexistent/wavs"],
      "WAV folder /nonexistent/wavs does not exist"),
     (["--wav-dir", "/tmp"], "wav dir /tmp only applies to load wav"),
+    (["--engine", "twin", "--metrics-port", "70000"], "metrics port 70000 must be in [1, 65535]"),
+    (["--engine", "twin", "--metrics-port", "9464", "--metrics-addr", "192.0.2.1"],
+     "metrics address 192.0.2.1:9464 cannot be served"),
 ])
 def test_bad_input_is_one_line_naming_the_value(args, needle, tmp_path):
     r = _metronome("run", "--json", "--db", str(tmp_path / "x.duckdb"), *args)
@@ -86,3 +89,40 @@ def test_mic_without_a_microphone_is_one_plain_line(tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("metronome: error:")]
     assert len(lines) == 1 and "microphone unavailable: " in lines[0], r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_headless_run_serves_prometheus_metrics_while_it_runs(tmp_path):
+    import socket
+    import time
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "run", "--engine", "twin", "--paced", "--json",
+         "--db", str(tmp_path / "p.duckdb"), "--pool-blocks", "64", "--sessions", "4",
+         "--duration", "4", "--metrics-port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        families, deadline = {}, time.monotonic() + 30
+        while "metronome_pool_occupancy_ratio" not in families \
+                or not families["metronome_pool_occupancy_ratio"].samples:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                              timeout=2).read().decode()
+                families = {f.name: f for f in text_string_to_metric_families(text)}
+            except OSError:
+                pass
+            time.sleep(0.2)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    sample = families["metronome_pool_occupancy_ratio"].samples[0]
+    assert sample.labels == {"run_id": summary["run_id"], "engine": "twin", "model": "tiny"}
+    assert f"Prometheus metrics on http://127.0.0.1:{port}/metrics" in err
