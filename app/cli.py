@@ -31,11 +31,8 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="metronome", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    run = sub.add_parser("run", help="run one headless experiment")
+def _run_arguments(run: argparse.ArgumentParser) -> None:
+    """The settings of one run: `metronome run` and `metronome forecast` share them."""
     run.add_argument("--json", action="store_true", help="print the result as one JSON object")
     run.add_argument("--engine", choices=["vllm", "twin"], default="vllm")
     run.add_argument("--model", default="tiny", help="tiny, smollm2 or a local model folder")
@@ -97,6 +94,22 @@ def build_parser() -> argparse.ArgumentParser:
                           "(our metronome_* and, with vLLM, its vllm:* series)")
     run.add_argument("--metrics-addr", default="127.0.0.1",
                      help="address the metrics endpoint binds (default 127.0.0.1)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="metronome", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run one headless experiment")
+    _run_arguments(run)
+
+    forecast = sub.add_parser(
+        "forecast", help="collapse probability of these settings over many twin seeds "
+                         "(unbounded and windowed side by side)")
+    _run_arguments(forecast)
+    forecast.add_argument("--seeds", type=int, default=200, help="twin runs per policy")
+    forecast.add_argument("--compare-window", type=int, default=128,
+                          help="W of the windowed side (ignored when --policy window)")
 
     fit = sub.add_parser("fit-twin", help="fit the twin's cost model from a recorded vLLM run")
     fit.add_argument("run_id")
@@ -182,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"run": _cmd_run, "quality": _cmd_quality, "fit-twin": _cmd_fit, "runs": _cmd_runs,
                 "build-model": _cmd_build, "report": _cmd_report, "scheduler": _cmd_scheduler,
-                "schedule": _cmd_schedule, "archive": _cmd_archive}[args.command](args)
+                "schedule": _cmd_schedule, "archive": _cmd_archive,
+                "forecast": _cmd_forecast}[args.command](args)
     except (ValueError, RuntimeError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"metronome: error: {message}", file=sys.stderr)
@@ -295,6 +309,27 @@ def _human(summary: dict) -> str:
     lines = [f"{k:>20}: {shown(k)}" for k in keys]
     lines += [f"{'change':>20}: {c['change']} at {c['t']:g} s" for c in summary["changes"]]
     return "\n".join(lines)
+
+
+def _cmd_forecast(args) -> int:
+    from runtime import latest_cost_model
+    from runtime.forecast import forecast_pair
+    from store import open_store
+
+    config = run_config_from_args(args)
+    window = config.window if config.policy == "window" else args.compare_window
+    store = open_store(args.db)
+    try:
+        cost = latest_cost_model(store)  # the twin as fitted to this machine, if it was
+    finally:
+        store.close()
+    pair = forecast_pair(config, window, config.sinks, args.seeds, cost)
+    if args.json:
+        print(json.dumps({"unbounded": pair[0].as_dict(), "window": pair[1].as_dict(),
+                          "twin_cost_source": None if cost is None else cost.source}))
+    else:
+        print("\n".join(f.sentence() for f in pair))
+    return 0
 
 
 def _cmd_fit(args) -> int:

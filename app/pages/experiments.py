@@ -4,16 +4,20 @@ An experiment is a series of runs on the run host (one engine at a time); this p
 shows its progress, and draws the finished runs from the store on shared axes.
 """
 
+import os
+
 import streamlit as st
 
 from app import experiments, views
 from app.console import run_host, store
 from app.engine_host import ACTIVE, one_line
 from app.experiment_views import draw_results
-from runtime import ENGINES, RunConfig
+from runtime import ENGINES, RunConfig, latest_cost_model
+from runtime.forecast import forecast_pair
 from store import StoreError
 
 REFRESH_S = 1.0
+FORECAST_SEEDS = int(os.environ.get("METRONOME_FORECAST_SEEDS", "200"))  # tests use fewer
 d = experiments.DEFAULTS
 
 st.title("Experiments")
@@ -39,15 +43,30 @@ with st.form("experiment_form"):
     seed = a.number_input("Seed", value=0, step=1, key="exp_seed")
     repeats = b.number_input("Repeats (collapse)", value=10, step=1, key="exp_repeats")
     go = st.form_submit_button("Run experiment", key="exp_run", type="primary")
-if go:
+    predict = st.form_submit_button(
+        f"Predict collapse first (twin, {FORECAST_SEEDS} seeds per policy)", key="exp_predict",
+        help="Runs these settings on the simulated twin over many seeds, unbounded and with "
+             "the window above, and says how often the pool stalls: no engine time used.")
+if go or predict:
     try:
         base = RunConfig(engine=engine, load=d["load"], sessions=int(sessions),
                          arrival_rate=float(rate), session_s=float(session_s),
                          duration_s=float(duration), pool_blocks=int(pool), seed=int(seed))
-        configs = experiments.plan(kind, base, int(window), int(sinks), int(repeats))
-        host.start_series(configs, store().path, kind=kind)
+        if go:
+            configs = experiments.plan(kind, base, int(window), int(sinks), int(repeats))
+            host.start_series(configs, store().path, kind=kind)
+        else:
+            bar = st.progress(0.0, text="predicting on the twin")
+            pair = forecast_pair(base, int(window), int(sinks), FORECAST_SEEDS,
+                                 latest_cost_model(store()),
+                                 lambda f: bar.progress(f, text=f"predicting: {f:.0%}"))
+            bar.empty()
+            st.session_state["exp_forecast"] = [f.as_dict() for f in pair]
     except (ValueError, StoreError) as exc:
         st.error(one_line(exc))
+for forecast in st.session_state.get("exp_forecast", []):
+    (st.warning if forecast["collapsed"] else st.success)(
+        "Predicted (twin): " + forecast["sentence"])
 
 
 @st.fragment(run_every=REFRESH_S)

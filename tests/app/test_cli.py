@@ -126,3 +126,21 @@ def test_a_headless_run_serves_prometheus_metrics_while_it_runs(tmp_path):
     sample = families["metronome_pool_occupancy_ratio"].samples[0]
     assert sample.labels == {"run_id": summary["run_id"], "engine": "twin", "model": "tiny"}
     assert f"Prometheus metrics on http://127.0.0.1:{port}/metrics" in err
+
+
+def test_forecast_prints_both_policies_as_json(tmp_path):
+    import json as json_
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "forecast", "--engine", "twin", "--json", "--db",
+         str(tmp_path / "f.duckdb"), "--load", "poisson", "--arrival-rate", "1",
+         "--session-s", "8", "--sessions", "20", "--duration", "20", "--pool-blocks", "360",
+         "--seeds", "10"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json_.loads(done.stdout)
+    assert out["unbounded"]["runs"] == out["window"]["runs"] == 10
+    assert out["window"]["collapsed"] == 0 and out["window"]["policy"] == "window W=128 S=0"
+    low, high = out["unbounded"]["ci95"]
+    assert low <= out["unbounded"]["collapse_rate"] <= high

@@ -330,3 +330,19 @@ def test_live_page_marks_the_stall_and_names_the_live_change_in_the_header(db):
                       "Live sessions and cap"}
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["p95 (truth)"] == "> 80 ms", (cliff, metrics)
+
+
+def test_experiments_page_predicts_collapse_before_running(db, monkeypatch):
+    monkeypatch.setenv("METRONOME_FORECAST_SEEDS", "12")
+    at = page("experiments")
+    at.number_input(key="exp_sessions").set_value(20)
+    at.number_input(key="exp_rate").set_value(1.0)
+    at.number_input(key="exp_session_s").set_value(8.0)
+    at.number_input(key="exp_duration").set_value(20.0)
+    at.number_input(key="exp_pool").set_value(360)
+    at.button(key="exp_predict").click().run(timeout=120)
+    assert not at.exception and not at.error
+    said = [w.value for w in at.warning] + [s.value for s in at.success]
+    assert any(t.startswith("Predicted (twin): unbounded: collapses in") for t in said), said
+    assert any("window W=128 S=0: collapses in 0%" in t for t in said), said
+    assert run_host().state()["run_id"] is None  # nothing ran on the engine
