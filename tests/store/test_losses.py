@@ -105,3 +105,34 @@ def test_a_failed_statement_is_counted_too(store):
 def test_unknown_tables_are_misuse(store, table):
     with pytest.raises(ValueError, match=f"table {table!r}"):
         store.writer.add_many(table, [{}])
+
+
+def test_a_run_whose_final_flush_times_out_ends_failed_not_running(monkeypatch, store):
+    from runtime import loop
+
+    monkeypatch.setattr(loop, "FINAL_FLUSH_TIMEOUT_S", 0.5)
+    gate = threading.Event()
+
+    class _Stuck:
+        """A disk that stops answering once the run's frames start to arrive."""
+
+        def __init__(self, con):
+            self._con = con
+
+        def execute(self, sql, *args):
+            if sql.startswith("INSERT INTO frames"):
+                gate.wait(30)
+            return self._con.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self._con, name)
+
+    store.writer._con = _Stuck(store.writer._con)
+    s = execute(RunConfig(engine="twin", policy="window", window=64, pool_blocks=64,
+                          sessions=4, duration_s=2.0), store)
+    assert s["status"] == "failed" and "did not flush" in s["reason"]
+    gate.set()  # the disk comes back: what was queued, the run's end included, is written
+    store.writer.flush()
+    status, reason = store.cursor().execute(
+        "SELECT status, reason FROM runs WHERE run_id = ?", [s["run_id"]]).fetchone()
+    assert status == "failed" and "did not flush" in reason
