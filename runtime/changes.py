@@ -135,7 +135,10 @@ class LiveChanges:
             done.append(f"stall guard {on_off(guard)}")
         with self._lock:  # all or nothing: validated above before any is queued
             self._queue.extend(queued)
-        return "applied at the next tick: " + "; ".join(done)
+        how = ("applied at the next tick; a KV change takes effect between two engine steps "
+               "without holding the sessions" if queued and queued[0][0] == "policy"
+               else "applied at the next tick")
+        return f"{how}: " + "; ".join(done)
 
     def _policy_ahead(self) -> KVPolicy:
         """The KV policy the engine will have once every queued or pending change is in."""
