@@ -63,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 8, 64])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--rate-per-rank", type=float, default=2.0)
+    parser.add_argument("--rate-per-rank", type=float, default=1.5)
     parser.add_argument("--mean-s", type=float, default=3.0)
     parser.add_argument("--pool-blocks", type=int, default=256, help="per rank")
     parser.add_argument("--duration-s", type=float, default=30.0)
@@ -104,7 +104,7 @@ def main() -> None:
             silent = sum(s["silent_frames"] for s, _, _ in runs)
             print(f"| {ranks} | {placement} | {sum(n > 0 for n in stalled)}/{len(runs)} | "
                   f"{statistics.fmean(stalled):.1f} | {silent / frames:.2%} | "
-                  f"{statistics.median(firsts) if firsts else '—'} | "
+                  f"{f'{statistics.median(firsts):.1f}' if firsts else '—'} | "
                   f"{statistics.fmean(m for _, _, m in runs):.2f} | "
                   f"{statistics.fmean(w for _, w, _ in runs):.1f} |", flush=True)
     store.close()
