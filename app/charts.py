@@ -191,6 +191,25 @@ def occupancy_chart(df: pd.DataFrame, projection: pd.DataFrame | None = None, x_
         title=title)
 
 
+def rank_occupancy_chart(df: pd.DataFrame, x_domain=None, marks: Marks | None = None
+                         ) -> alt.Chart:
+    """One occupancy line per data-parallel rank (each its own pool); a stalled rank's
+    buckets are marked with red points, so the rank that stalls is named, not averaged away."""
+    data = _columns(df, ["t", "rank", "occupancy", "stalled", "live", "silent_frames"])
+    tooltip = [alt.Tooltip("t:Q", title="t (s)"), alt.Tooltip("rank:N"),
+               alt.Tooltip("occupancy:Q", format=".3f"), alt.Tooltip("live:Q", title="sessions"),
+               alt.Tooltip("silent_frames:Q", title="silent frames"), "stalled:N"]
+    lines = alt.Chart(data).mark_line().encode(
+        _time(x_domain),
+        alt.Y("occupancy:Q", title="pool occupancy ρ per rank", scale=alt.Scale(domain=[0, 1])),
+        alt.Color("rank:N", title="rank"), tooltip=tooltip)
+    stalled = alt.Chart(data).transform_filter(alt.datum.stalled).mark_point(
+        color="red", filled=True, size=40).encode(_time(x_domain), alt.Y("occupancy:Q"),
+                                                  tooltip=tooltip)
+    return alt.layer(lines, stalled, *mark_layers(marks, x_domain)).properties(
+        title="KV pool occupancy per rank (red: stalled)")
+
+
 def silent_chart(df: pd.DataFrame, x_domain=None, marks: Marks | None = None) -> alt.Chart:
     """Silent frames (no output token by the deadline) per second: the failure users hear."""
     data = _columns(df, ["t", "silent_per_s", "frames"])

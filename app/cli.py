@@ -87,6 +87,11 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
                      help="change a setting live at AT seconds, as the Controls page does "
                           "(repeatable): window, sinks, policy, target, limit, stall_guard; "
                           "e.g. --change 5:window=32 --change 10:target=0.5")
+    run.add_argument("--data-parallel-size", type=int, default=1, metavar="N",
+                     help="data-parallel ranks, each with its own pool of --pool-blocks")
+    run.add_argument("--placement", choices=["engine", "count", "headroom"], default="engine",
+                     help="where a new session goes with data parallelism: the engine's own "
+                          "balancer, fewest sessions, or the rank whose pool fills last")
     run.add_argument("--vllm-arg", action="append", default=[], metavar="KEY=VALUE",
                      help="pass an engine argument to vLLM (repeatable)")
     run.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
@@ -223,6 +228,7 @@ def run_config_from_args(args) -> "RunConfig":  # noqa: F821 - imported lazily
         admission="fixed" if args.admission == "off" else args.admission,
         target=args.target, stall_guard=args.stall_guard == "on",
         memory_guard=args.memory_guard == "on", paced=args.paced,
+        data_parallel_size=args.data_parallel_size, placement=args.placement,
         vllm_args=parse_vllm_args(args.vllm_arg),
         changes=tuple(ScheduledChange.parse(text) for text in args.change))
     given = {key for key, value in values.items() if value is not None}

@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from app import charts
-from store import queries
+from store import queries, rank_queries
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ class LiveData:
     bucket_s: float
     marks: charts.Marks  # stalls, live changes, the t_sat prediction
     history: pd.DataFrame  # queries.settings_history
+    ranks: pd.DataFrame | None = None  # rank_queries.rank_buckets; empty with one rank
 
     @property
     def x_domain(self) -> tuple[float, float]:
@@ -74,7 +75,7 @@ def live_data(cur, row: dict, cache: dict | None = None) -> LiveData:
                          history[history.setting != "start"][["t", "change"]],
                          queries.tsat_prediction(cur, run_id))
     return LiveData(row, tick, frames, queries.tick_buckets(cur, run_id, bucket), wall, bucket,
-                    marks, history)
+                    marks, history, rank_queries.rank_buckets(cur, run_id, bucket))
 
 
 def _settled_edge(row: dict, tick: dict | None, bucket: float) -> float:
@@ -236,11 +237,30 @@ def run_charts(data: LiveData) -> None:
     left.altair_chart(charts.occupancy_chart(data.ticks, projection, x, marks=data.marks),
                       width="stretch")
     right.altair_chart(charts.silent_chart(data.frames, x, data.marks), width="stretch")
+    if data.ranks is not None and not data.ranks.empty:
+        text = stalled_rank_text(data.ranks)
+        if text:
+            st.error(text)
+        st.altair_chart(charts.rank_occupancy_chart(data.ranks, x, data.marks), width="stretch")
     left, right = st.columns(2)
     left.altair_chart(charts.sessions_chart(data.ticks, x, data.marks), width="stretch")
     image, caption = charts.session_wall_image(data.wall, x[1], data.bucket_s)
     right.markdown(f"**{WALL_TITLE}**")
     right.image(image, caption=caption, width="stretch")
+
+
+def stalled_rank_text(ranks: pd.DataFrame) -> str | None:
+    """Names the ranks that stalled and when, beside what the engine-wide mean read then:
+    with data parallelism an average hides a full rank. None when no rank stalled."""
+    stalled = ranks[ranks.stalled.astype(bool)]
+    if stalled.empty:
+        return None
+    first = stalled.groupby("rank").t.min().sort_values()
+    t0 = float(first.iloc[0])
+    mean = float(ranks[ranks.t == t0].occupancy.mean())
+    names = ", ".join(f"rank {int(r)} from {float(t):.0f} s" for r, t in first.items())
+    return (f"Stalled: {names} (pool full, no token out; its sessions are silent). "
+            f"The mean over {ranks['rank'].nunique()} ranks read {mean:.2f} then.")
 
 
 def summary_metrics(summary_json: str | None) -> None:
@@ -271,6 +291,8 @@ SILENCE_HELP = ("stall: the pool was full and no session got a token (every conv
 def stall_text(summary: dict) -> str:
     stall = summary["stall_at_s"]
     if stall is not None:
+        if (summary.get("data_parallel_size") or 1) > 1 and summary.get("stalled_rank") is not None:
+            return f"{stall:.1f} s (rank {summary['stalled_rank']})"
         return f"{stall:.1f} s"
     if summary.get("partial_stall"):
         return "partial stall"

@@ -81,11 +81,13 @@ class Gate:
 
     def acquire(self, memory: dict | None = None) -> Ticket | None:
         """A ticket when admitted, else None with the reason in `last_rejection`. `memory`
-        holds MemoryGuard.admits' inputs (without `live`); None skips the guard."""
+        holds MemoryGuard.admits' inputs (`live` optional); None skips the guard."""
         if self.live >= self._limit.limit:
             return self._reject("over_limit")
+        # `live` in memory: the sessions on the rank the session would join (data
+        # parallelism: each rank is its own pool); else every live session shares the pool.
         if self.guard is not None and memory is not None and not self.guard.admits(
-                live=self.live, **memory):
+                **{"live": self.live, **memory}):
             return self._reject("memory_guard")
         self.admitted += 1
         ticket = Ticket(self.admitted)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from engine.contract import KVPolicy
 
 BLOCK_SIZE_MULTIPLE = 32  # the CPU attention backend accepts only multiples of 32
+MAX_DATA_PARALLEL = 1024  # ranks; the twin simulates each, so this bounds a run's memory
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,9 @@ class EngineConfig:
     max_model_len: int | None = None  # None: derived from the pool and the model
     seed: int = 0
     vllm_args: tuple[tuple[str, object], ...] = ()
+    # Data-parallel ranks, each with its own pool of `pool_blocks` (vLLM's data_parallel_size;
+    # `--vllm-arg data_parallel_size=N` says the same thing for the vLLM backend).
+    data_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         if self.block_size < BLOCK_SIZE_MULTIPLE or self.block_size % BLOCK_SIZE_MULTIPLE:
@@ -33,8 +37,29 @@ class EngineConfig:
             raise ValueError(
                 f"pool of {self.pool_blocks} blocks is smaller than one session's window "
                 f"({per_session} blocks of {self.block_size} tokens); allowed: pool ≥ {per_session}")
+        dp_arg = dict(self.vllm_args).get("data_parallel_size")
+        if not isinstance(self.data_parallel_size, int) or not \
+                1 <= self.data_parallel_size <= MAX_DATA_PARALLEL:
+            raise ValueError(f"data parallel size {self.data_parallel_size} must be an integer "
+                             f"in [1, {MAX_DATA_PARALLEL}]")
+        if dp_arg is not None and self.data_parallel_size != 1 and \
+                dp_arg != self.data_parallel_size:
+            raise ValueError(f"data parallel size {self.data_parallel_size} differs from the "
+                             f"vLLM argument data_parallel_size={dp_arg}; give one of them")
         if self.max_model_len is not None and self.max_model_len < self.block_size:
             raise ValueError(f"max model len {self.max_model_len} must be ≥ {self.block_size}")
+        dp_ranks(self)  # validates a data_parallel_size given as a vLLM argument
+
+
+def dp_ranks(config: EngineConfig) -> int:
+    """The data-parallel ranks a config asks for (the field or the vLLM argument)."""
+    dp_arg = dict(config.vllm_args).get("data_parallel_size")
+    if config.data_parallel_size == 1 and dp_arg is not None:
+        if not isinstance(dp_arg, int) or not 1 <= dp_arg <= MAX_DATA_PARALLEL:
+            raise ValueError(f"vLLM argument data_parallel_size={dp_arg!r} must be an integer "
+                             f"in [1, {MAX_DATA_PARALLEL}]")
+        return dp_arg
+    return config.data_parallel_size
 
 
 def parse_vllm_args(items: list[str] | tuple[str, ...]) -> tuple[tuple[str, object], ...]:

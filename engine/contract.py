@@ -143,7 +143,9 @@ class Engine(ABC):
         """Let time pass until `t` on the engine clock (the twin simulates meanwhile)."""
 
     @abstractmethod
-    def open(self, session_id: int) -> None: ...
+    def open(self, session_id: int, rank: int | None = None) -> None:
+        """Open a session; `rank` pins it to one data-parallel rank for its whole life
+        (None: the engine's own balancer places it). A rank outside [0, ranks) is a ValueError."""
 
     @abstractmethod
     def submit(self, session_id: int, token_ids: list[int], max_new: int) -> FrameHandle:
@@ -153,7 +155,23 @@ class Engine(ABC):
     def close(self, session_id: int) -> None: ...
 
     @abstractmethod
-    def pool(self) -> PoolStats: ...
+    def pool(self) -> PoolStats:
+        """The whole engine's pool: with data parallelism, the sum over ranks."""
+
+    # --- data parallelism: each rank has its own KV pool; a session lives on one rank -------
+    @property
+    def ranks(self) -> int:
+        """Data-parallel ranks, each with its own block pool (1: no data parallelism)."""
+        return 1
+
+    def pool_ranks(self) -> list[PoolStats]:
+        """One PoolStats per rank, in rank order; the aggregate `pool()` hides a full rank."""
+        return [self.pool()]
+
+    def session_rank(self, session_id: int) -> int | None:
+        """The rank an open session lives on; None when the engine placed it and does not
+        say which (e.g. vLLM's own balancer)."""
+        return 0
 
     @property
     @abstractmethod

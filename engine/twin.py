@@ -17,7 +17,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine.config import EngineConfig
+from engine.balance import EngineLoad, vllm_pick
+from engine.config import EngineConfig, dp_ranks
 from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats, check_frame
 
 
@@ -51,13 +52,30 @@ class _Chunk:
 @dataclass
 class _TwinSession:
     session_id: int
+    rank: int = 0
     tokens: int = 0  # tokens whose KV exists (absolute count, grows forever)
     blocks: int = 0
     chunks: deque = field(default_factory=deque)
 
 
+@dataclass
+class _Rank:
+    """One data-parallel rank: its own clock, pool and steps (ranks run side by side)."""
+
+    index: int
+    free: int
+    t: float = 0.0
+    running: int = 0
+    waiting: int = 0
+    sessions: dict = field(default_factory=dict)  # session_id → _TwinSession, in open order
+
+
 class TwinEngine(Engine):
-    """Simulated engine; always labelled simulated in the UI and the data."""
+    """Simulated engine; always labelled simulated in the UI and the data.
+
+    With `data_parallel_size` N it simulates N ranks, each with its own pool of pool_blocks
+    and its own step cost; a session lives on one rank. A session opened without a rank is
+    placed by vLLM's own balancer (engine/balance.py)."""
 
     name = "twin"
     simulated = True
@@ -72,11 +90,9 @@ class TwinEngine(Engine):
         self._vocab_size = vocab_size
         self.max_model_len = config.max_model_len  # None: no limit
         self.max_prefill_tokens = max_prefill_tokens
-        self._t = 0.0
+        self._ranks = [_Rank(i, config.pool_blocks) for i in range(dp_ranks(config))]
         self._sessions: dict[int, _TwinSession] = {}
-        self._free = config.pool_blocks
-        self._running = 0
-        self._waiting = 0
+        self._balance_start = 0  # vLLM rotates where its balancer's scan starts
         self._steps: list[dict] = []
         # Paced: virtual time also waits for the wall clock, so a run lasts as long as it says
         # (live demos, soak tests); unpaced, a minute of load simulates in milliseconds.
@@ -86,13 +102,20 @@ class TwinEngine(Engine):
 
     # --- clock --------------------------------------------------------------------------------
     def now(self) -> float:
-        return self._t
+        # Ranks step independently; the engine's time is the furthest any rank got (one rank:
+        # its clock, whose last step may end past the time asked for).
+        return max(r.t for r in self._ranks)
 
     def sleep_until(self, t: float) -> None:
-        """Simulate engine steps until the clock reaches t (the last step may end after t)."""
-        while self._t < t:
-            if not self._step():
-                self._t = t
+        """Simulate each rank's steps until its clock reaches t (a last step may end after t)."""
+        for rank in self._ranks:
+            while rank.t < t:
+                if not self._step(rank):
+                    # Idle until t, or until a chunk submitted later than this rank's clock
+                    # (another rank's step ran further) becomes due.
+                    due = [c.handle.t_submit for s in rank.sessions.values()
+                           for c in list(s.chunks)[:1] if c.handle.t_submit > rank.t]
+                    rank.t = min([t] + due)
         if self.paced:
             left = t - (time.perf_counter() - self._wall0)
             self.wall_lag_s = max(0.0, -left)
@@ -112,6 +135,10 @@ class TwinEngine(Engine):
     def cost_source(self) -> str | None:
         return self.cost.source
 
+    @property
+    def ranks(self) -> int:
+        return len(self._ranks)
+
     def set_policy(self, policy: KVPolicy) -> bool:
         policy.check_block_size(self.config.block_size)
         self._policy = policy
@@ -119,17 +146,38 @@ class TwinEngine(Engine):
             self._release_outside_window(session)
         return True
 
-    def open(self, session_id: int) -> None:
+    def open(self, session_id: int, rank: int | None = None) -> None:
         if session_id in self._sessions:
             raise ValueError(f"session {session_id} is already open")
-        self._sessions[session_id] = _TwinSession(session_id)
+        if rank is None:
+            rank = self._balance()
+        elif not isinstance(rank, int) or not 0 <= rank < len(self._ranks):
+            raise ValueError(f"rank {rank} is not one of this engine's ranks "
+                             f"[0, {len(self._ranks) - 1}]")
+        session = _TwinSession(session_id, rank)
+        self._sessions[session_id] = session
+        self._ranks[rank].sessions[session_id] = session
+
+    def session_rank(self, session_id: int) -> int | None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise ValueError(f"session {session_id} is not open")
+        return session.rank
+
+    def _balance(self) -> int:
+        total = self.config.pool_blocks
+        loads = [EngineLoad(len(r.sessions), r.waiting, r.running, 1 - r.free / total)
+                 for r in self._ranks]
+        rank = vllm_pick(loads, self._balance_start)
+        self._balance_start = (self._balance_start + 1) % len(self._ranks)
+        return rank
 
     def submit(self, session_id: int, token_ids: list[int], max_new: int) -> FrameHandle:
         session = self._sessions.get(session_id)
         if session is None:
             raise ValueError(f"session {session_id} is not open")
         check_frame(token_ids, max_new, self._vocab_size)
-        handle = FrameHandle(session_id, self._t, max_new)
+        handle = FrameHandle(session_id, self.now(), max_new)
         session.chunks.append(_Chunk(handle, len(token_ids), max_new))
         return handle
 
@@ -137,14 +185,27 @@ class TwinEngine(Engine):
         session = self._sessions.pop(session_id, None)
         if session is None:
             return
-        self._free += session.blocks
+        rank = self._ranks[session.rank]
+        del rank.sessions[session_id]
+        rank.free += session.blocks
+        now = self.now()
         for chunk in session.chunks:
-            chunk.handle.finish(self._t, "closed")
+            chunk.handle.finish(now, "closed")
+
+    def _rank_pool(self, rank: _Rank, t: float) -> PoolStats:
+        total = self.config.pool_blocks
+        paused = sum(1 for s in rank.sessions.values() if not s.chunks)
+        return PoolStats(t, total - rank.free, total, rank.running, rank.waiting, paused)
+
+    def pool_ranks(self) -> list[PoolStats]:
+        now = self.now()
+        return [self._rank_pool(r, now) for r in self._ranks]
 
     def pool(self) -> PoolStats:
-        total = self.config.pool_blocks
-        paused = sum(1 for s in self._sessions.values() if not s.chunks)
-        return PoolStats(self._t, total - self._free, total, self._running, self._waiting, paused)
+        pools = self.pool_ranks()
+        return PoolStats(pools[0].t, sum(p.used_blocks for p in pools),
+                         sum(p.total_blocks for p in pools), sum(p.running for p in pools),
+                         sum(p.waiting for p in pools), sum(p.paused for p in pools))
 
     def drain_step_stats(self) -> list[dict]:
         steps, self._steps = self._steps, []
@@ -161,7 +222,7 @@ class TwinEngine(Engine):
     def _release_outside_window(self, session: _TwinSession) -> None:
         cap = self._max_blocks()
         if cap is not None and session.blocks > cap:
-            self._free += session.blocks - cap
+            self._ranks[session.rank].free += session.blocks - cap
             session.blocks = cap
 
     def _blocks_needed(self, session: _TwinSession, new_tokens: int) -> int:
@@ -171,37 +232,39 @@ class TwinEngine(Engine):
             want = min(want, cap)
         return max(0, want - session.blocks)
 
-    def _step(self) -> bool:
-        """One engine step at the current time; False when there is nothing to run."""
+    def _step(self, rank: _Rank) -> bool:
+        """One engine step of `rank` at its clock; False when it has nothing to run."""
         scheduled: list[tuple[_TwinSession, _Chunk, int]] = []
         budget = self.max_prefill_tokens
         waiting = 0
-        for session in self._sessions.values():
+        for session in rank.sessions.values():
             if not session.chunks:
                 continue
             chunk = session.chunks[0]
+            if chunk.handle.t_submit > rank.t:
+                continue  # submitted after this rank's clock (another rank ran further)
             n_tokens = min(chunk.prompt_left, budget) if chunk.prompt_left else 1
             if chunk.prompt_left and n_tokens == 0:
                 waiting += 1
                 continue
             need = self._blocks_needed(session, n_tokens)
-            if need > self._free:
+            if need > rank.free:
                 waiting += 1  # no preemption of paused sessions: it simply waits
                 continue
-            self._free -= need
+            rank.free -= need
             session.blocks += need
             if chunk.prompt_left:
                 budget -= n_tokens
             scheduled.append((session, chunk, n_tokens))
-        self._running, self._waiting = len(scheduled), waiting
+        rank.running, rank.waiting = len(scheduled), waiting
         if not scheduled:
             return False
         tokens_in_step = sum(n for _, _, n in scheduled)
         resident = sum(min(s.tokens + n, self._window_tokens(s)) for s, _, n in scheduled)
         dt_ms = self.cost.step_ms(tokens_in_step, resident)
-        self._t += dt_ms / 1e3
-        used = self.config.pool_blocks - self._free
-        self._steps.append({"t": self._t, "step_ms": dt_ms,
+        rank.t += dt_ms / 1e3
+        used = self.config.pool_blocks - rank.free
+        self._steps.append({"t": rank.t, "step_ms": dt_ms,
                             "prompt_tokens": sum(n for _, c, n in scheduled if n > 1),
                             "gen_tokens": len(scheduled), "used_blocks": used,
                             "resident_tokens": used * self.config.block_size,
@@ -215,10 +278,10 @@ class TwinEngine(Engine):
                 if chunk.prompt_left:
                     continue  # partial prefill samples nothing
             chunk.out_left -= 1
-            chunk.handle.add_tokens(1, self._t)
+            chunk.handle.add_tokens(1, rank.t)
             if chunk.out_left == 0:
                 session.chunks.popleft()
-                chunk.handle.finish(self._t)
+                chunk.handle.finish(rank.t)
             self._release_outside_window(session)
         return True
 

@@ -21,7 +21,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine.config import EngineConfig
+from engine.config import EngineConfig, dp_ranks
 from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats, check_frame
 from engine.models import model_info, resolve_model
 from engine.sinks import apply_env, sink_env
@@ -45,39 +45,73 @@ def cuda_available() -> bool:
 class _Session:
     session_id: int
     inputs: asyncio.Queue
+    rank: int | None = None  # data-parallel rank it is pinned to (None: vLLM's balancer)
     pending: deque = field(default_factory=deque)  # FrameHandles whose chunk vLLM has
     task: asyncio.Task | None = None
 
 
-class _PoolProbe:
-    """Latest scheduler sample plus per-step records for the twin fit."""
+@dataclass
+class _RankSample:
+    """One data-parallel engine's latest scheduler sample (vLLM's engine_idx)."""
 
-    def __init__(self) -> None:
+    usage: float = 0.0
+    running: int = 0
+    waiting: int = 0
+    last_t: float | None = None  # perf_counter of its last step
+    last_running: int = 0
+
+
+class _PoolProbe:
+    """Latest scheduler sample of each data-parallel engine (vLLM's stat loggers are called
+    with an engine_idx), plus per-step records for the twin fit."""
+
+    def __init__(self, ranks: int = 1) -> None:
         self.lock = threading.Lock()
-        self.usage = 0.0
-        self.running = 0
-        self.waiting = 0
+        self.ranks = [_RankSample() for _ in range(ranks)]
         self.steps: list[dict] = []
-        self._last_t: float | None = None
-        self._last_running = 0
         # vLLM's IterationStats does not count the prompt tokens of streaming chunks, so the
         # backend counts what it hands over and the next step is charged with it.
         self.pending_prompt_tokens = 0
         self._first_handover: float | None = None  # first chunk handed to an idle engine
 
+    # The single-engine view (rank 0), as read before data parallelism.
+    @property
+    def usage(self) -> float:
+        return self.ranks[0].usage
+
+    @property
+    def running(self) -> int:
+        return self.ranks[0].running
+
+    @property
+    def waiting(self) -> int:
+        return self.ranks[0].waiting
+
+    def samples(self) -> list[tuple[float, int, int]]:
+        """(usage, running, waiting) per rank, in rank order."""
+        with self.lock:
+            return [(r.usage, r.running, r.waiting) for r in self.ranks]
+
     def note_handover(self, n_tokens: int) -> None:
+        # Which engine gets a chunk is vLLM's business when unpinned: the prompt tokens are
+        # charged to the next step any engine reports (exact with one engine).
         with self.lock:
             self.pending_prompt_tokens += n_tokens
-            if self._last_running == 0 and self._first_handover is None:
+            if all(r.last_running == 0 for r in self.ranks) and self._first_handover is None:
                 self._first_handover = time.perf_counter()
 
-    def record(self, scheduler_stats, iteration_stats) -> None:
+    def record(self, scheduler_stats, iteration_stats, engine_idx: int = 0) -> None:
         now = time.perf_counter()
         with self.lock:
+            if not 0 <= engine_idx < len(self.ranks):
+                logger.warning("stats from engine %s; expected %d engine(s)", engine_idx,
+                               len(self.ranks))
+                return
+            rank = self.ranks[engine_idx]
             if scheduler_stats is not None:
-                self.usage = float(getattr(scheduler_stats, "kv_cache_usage", 0.0))
-                self.running = int(getattr(scheduler_stats, "num_running_reqs", 0))
-                self.waiting = int(getattr(scheduler_stats, "num_waiting_reqs", 0))
+                rank.usage = float(getattr(scheduler_stats, "kv_cache_usage", 0.0))
+                rank.running = int(getattr(scheduler_stats, "num_running_reqs", 0))
+                rank.waiting = int(getattr(scheduler_stats, "num_waiting_reqs", 0))
             if iteration_stats is not None:
                 prompt = max(int(getattr(iteration_stats, "num_prompt_tokens", 0)),
                              self.pending_prompt_tokens)
@@ -85,8 +119,8 @@ class _PoolProbe:
                 gen = int(getattr(iteration_stats, "num_generation_tokens", 0))
                 # A step's duration: the gap to the previous step while the engine was busy
                 # back to back, else the time since work was handed to the idle engine.
-                if self._last_t is not None and self._last_running > 0:
-                    start = self._last_t
+                if rank.last_t is not None and rank.last_running > 0:
+                    start = rank.last_t
                 else:
                     start = self._first_handover
                 self._first_handover = None
@@ -94,11 +128,11 @@ class _PoolProbe:
                     self.steps.append({
                         "t": now, "step_ms": (now - start) * 1e3,
                         "prompt_tokens": prompt, "gen_tokens": gen,
-                        "usage": self.usage, "running": self.running})
+                        "usage": rank.usage, "running": rank.running, "rank": engine_idx})
                     if len(self.steps) > 100_000:  # bounded: the runtime drains it every tick
                         del self.steps[:50_000]
-            self._last_t = now
-            self._last_running = self.running
+            rank.last_t = now
+            rank.last_running = rank.running
 
 
 def _make_stat_logger_factory(probe: _PoolProbe):
@@ -109,7 +143,7 @@ def _make_stat_logger_factory(probe: _PoolProbe):
             self.engine_index = engine_index
 
         def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
-            probe.record(scheduler_stats, iteration_stats)
+            probe.record(scheduler_stats, iteration_stats, engine_idx)
 
         def log_engine_initialized(self):
             pass
@@ -128,7 +162,8 @@ class VLLMEngine(Engine):
         info = model_info(self.model_path)
         self._vocab_size = int(info["vocab_size"])
         self.max_model_len = self._derive_max_model_len(info)
-        self._probe = _PoolProbe()
+        self._ranks = dp_ranks(config)  # each data-parallel engine has pool_blocks
+        self._probe = _PoolProbe(self._ranks)
         self._sessions: dict[int, _Session] = {}
         self._error: str | None = None
         self._llm = None
@@ -188,6 +223,8 @@ class VLLMEngine(Engine):
                 # is the CUDA backend whose metadata it compacts.
                 args["compilation_config"] = {"cudagraph_mode": "PIECEWISE"}
                 args["attention_backend"] = CUDA_BACKEND
+        if self._ranks > 1:
+            args["data_parallel_size"] = self._ranks  # num_gpu_blocks_override is per engine
         for key, value in cfg.vllm_args:
             args[key] = value
         if cfg.policy.kind == "window" and not on_cpu:
@@ -316,14 +353,28 @@ class VLLMEngine(Engine):
                 return
             time.sleep(min(left, 0.05))
 
-    def open(self, session_id: int) -> None:
+    @property
+    def ranks(self) -> int:
+        return self._ranks
+
+    def open(self, session_id: int, rank: int | None = None) -> None:
         if session_id in self._sessions:
             raise ValueError(f"session {session_id} is already open")
-        future = asyncio.run_coroutine_threadsafe(self._open(session_id), self._loop)
+        if rank is not None and (not isinstance(rank, int) or not 0 <= rank < self._ranks):
+            raise ValueError(f"rank {rank} is not one of this engine's ranks "
+                             f"[0, {self._ranks - 1}]")
+        future = asyncio.run_coroutine_threadsafe(self._open(session_id, rank), self._loop)
         future.result(timeout=30)
 
-    async def _open(self, session_id: int) -> None:
-        session = _Session(session_id, asyncio.Queue())
+    def session_rank(self, session_id: int) -> int | None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise ValueError(f"session {session_id} is not open")
+        # Unpinned, vLLM's balancer chose and does not say which (one engine: that one).
+        return 0 if self._ranks == 1 else session.rank
+
+    async def _open(self, session_id: int, rank: int | None = None) -> None:
+        session = _Session(session_id, asyncio.Queue(), rank)
         self._sessions[session_id] = session
         session.task = asyncio.create_task(self._consume(session))
 
@@ -364,18 +415,28 @@ class VLLMEngine(Engine):
             if item is not None:
                 item[1].finish(now, "closed")
 
-    def pool(self) -> PoolStats:
-        probe = self._probe
-        with probe.lock:
-            usage, running, waiting = probe.usage, probe.running, probe.waiting
+    def pool_ranks(self) -> list[PoolStats]:
+        now = time.perf_counter()
         total = self.config.pool_blocks
         sessions = list(self._sessions.values())
-        if not sessions:
-            # No request holds blocks (prefix caching is off), but vLLM reports usage only when
-            # it steps: without this a new run would start from the last run's full pool.
-            usage, running, waiting = 0.0, 0, 0
-        paused = sum(1 for s in sessions if not s.pending)
-        return PoolStats(time.perf_counter(), round(usage * total), total, running, waiting, paused)
+        pools = []
+        for rank, (usage, running, waiting) in enumerate(self._probe.samples()):
+            if not sessions:
+                # No request holds blocks (prefix caching is off), but vLLM reports usage only
+                # when it steps: without this a new run would start from the last run's pool.
+                usage, running, waiting = 0.0, 0, 0
+            paused = sum(1 for s in sessions if not s.pending
+                         and (s.rank == rank or self._ranks == 1))
+            pools.append(PoolStats(now, round(usage * total), total, running, waiting, paused))
+        return pools
+
+    def pool(self) -> PoolStats:
+        pools = self.pool_ranks()
+        # Paused sessions whose rank vLLM chose are counted here, not per rank.
+        paused = sum(1 for s in self._sessions.values() if not s.pending)
+        return PoolStats(pools[0].t, sum(p.used_blocks for p in pools),
+                         sum(p.total_blocks for p in pools), sum(p.running for p in pools),
+                         sum(p.waiting for p in pools), paused)
 
     def drain_step_stats(self) -> list[dict]:
         probe = self._probe
@@ -440,7 +501,11 @@ class VLLMEngine(Engine):
             return
         request_id = f"session-{session.session_id}-{time.monotonic_ns()}"
         try:
-            async for out in self._llm.generate(chunks(), params(first[0][1].max_new), request_id):
+            # A pinned session names its engine (vLLM routes every chunk of a streaming request
+            # to the engine that took the first); unpinned, vLLM's balancer chooses.
+            pin = {} if session.rank is None else {"data_parallel_rank": session.rank}
+            async for out in self._llm.generate(chunks(), params(first[0][1].max_new), request_id,
+                                                **pin):
                 now = time.perf_counter()
                 completion = out.outputs[0] if out.outputs else None
                 if completion is None or not session.pending:

@@ -6,6 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from control.limits import LIMITS
+from control.placement import PLACEMENTS
 from engine import ENGINES
 from engine.config import EngineConfig
 from engine.contract import KVPolicy
@@ -108,6 +109,11 @@ class RunConfig:
     memory_guard: bool = False  # refuse sessions whose KV would fill the pool in their lifetime
     control_interval_s: float = 1.0
     paced: bool = False  # twin only: run in wall-clock time instead of as fast as possible
+    # Data parallelism: ranks, each with its own pool of pool_blocks (the vLLM backend also
+    # takes `--vllm-arg data_parallel_size=N`), and where a new session goes: "engine" (the
+    # engine's own balancer), "count" (fewest sessions) or "headroom" (longest time to fill).
+    data_parallel_size: int = 1
+    placement: str = "engine"
     vllm_args: tuple = field(default_factory=tuple)
     changes: tuple = field(default_factory=tuple)  # ScheduledChange, applied live in order
 
@@ -141,6 +147,9 @@ class RunConfig:
             if change.at_s >= self.duration_s:
                 raise ValueError(f"change at {change.at_s} s is not before the run's end "
                                  f"({self.duration_s} s); allowed: [0, {self.duration_s})")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement {self.placement!r} is not one of "
+                             f"{', '.join(PLACEMENTS)}")
         if self.paced and self.engine != "twin":
             raise ValueError(f"paced applies to the twin engine only (engine is {self.engine})")
         if self.policy == "window" and self.window is None:
@@ -166,7 +175,8 @@ class RunConfig:
         return EngineConfig(model=self.model, block_size=self.block_size,
                             pool_blocks=self.pool_blocks, policy=self.kv_policy(),
                             max_model_len=self.max_model_len, seed=self.seed,
-                            vllm_args=tuple(self.vllm_args))
+                            vllm_args=tuple(self.vllm_args),
+                            data_parallel_size=self.data_parallel_size)
 
     def load_config(self) -> LoadConfig:
         return LoadConfig(self.load, self.sessions, self.arrival_rate, self.session_s,

@@ -8,6 +8,7 @@ live in their own rooms:
     sessions.py   open, one frame (submit / skip / rollover), close, stall eviction
     record.py     each frame's outcome and latency, events, counters
     telemetry.py  per tick: pool, tokens, stall, ρ(t) and t_sat, overruns, memory signals
+    ranks.py      the same per data-parallel rank, and what placement weighs
     changes.py    live W/S/policy, target, limit and stall guard changes
     summary.py    the run row and the summary JSON
 
@@ -25,10 +26,12 @@ import uuid
 
 from control.admission import Gate, MemoryGuard, MemoryGuardConfig
 from control.limits import Limit, WindowedLimit, make_limit
+from control.placement import Placer
 from engine.contract import Engine
 from load_gen import arrival_times
 from runtime.changes import LiveChanges
 from runtime.config import RunConfig
+from runtime.ranks import RankTelemetry, first_stall
 from runtime.record import Recorder
 from runtime.sessions import Sessions
 from runtime.summary import summarise, write_run_end, write_run_start
@@ -75,6 +78,8 @@ class Runner:
         self._arrivals = arrival_times(load)
         self.sessions = Sessions(config, engine, self.recorder, self.gate, self.control, load)
         self.telemetry = Telemetry(config, engine, self.recorder)
+        self.ranks = RankTelemetry(config, engine, self.recorder)
+        self.placer = Placer(config.placement)
         self.changes = LiveChanges(config, engine, self.recorder, self.gate, self.control,
                                    on_policy=self.sessions.follow_policy)
 
@@ -163,6 +168,12 @@ class Runner:
             end_rel = min(end_rel, cfg.duration_s)
         self.changes.settle(end_rel)
         self.sessions.close_all(end_rel)
+        # A stalled rank is a stall, whatever the engine-wide pool reads.
+        stall_at = self.telemetry.first_stall_at
+        ranks = self.ranks.summary(stall_at)
+        stalled_rank, rank_stall_at = first_stall(ranks)
+        if rank_stall_at is not None and (stall_at is None or rank_stall_at < stall_at):
+            stall_at = rank_stall_at
         try:
             writer.flush(FINAL_FLUSH_TIMEOUT_S)
         except TimeoutError as exc:  # the run must not stay 'running' behind a stuck store
@@ -175,7 +186,9 @@ class Runner:
         self.summary = summarise(
             self.recorder, self.store.cursor(), self.engine, status=status, reason=reason,
             end_rel=end_rel, sessions_offered=len(self._arrivals), gate=self.gate,
-            final_limit=self.gate.limit.limit, stall_at=self.telemetry.first_stall_at,
+            final_limit=self.gate.limit.limit, stall_at=stall_at,
+            ranks={"ranks": ranks, "stalled_rank": stalled_rank,
+                   "data_parallel_size": self.ranks.n, "placement": cfg.placement},
             max_resident_blocks=self.sessions.max_resident_blocks(),
             settings=self.changes.values(), changes=self.changes.history,
             store={"rows_lost": sum(lost.values()),
@@ -204,25 +217,46 @@ class Runner:
                                     payload))
 
     def _on_arrive(self, session_id: int, t_rel: float) -> None:
-        memory = self.telemetry.memory_signals(t_rel, len(self.sessions.live))
+        rank, pin = None, None
+        if self.ranks.active:
+            # The guard weighs the rank the session would land on; where the engine places,
+            # that is the rank its balancer (fewest sessions) would pick.
+            live = self.sessions.live_by_rank()
+            rank = self.placer.choose(self.ranks.loads(live),
+                                      self.ranks.growth_per_session_per_s(),
+                                      self.ranks.plateau_per_session(),
+                                      kind=None if self.placer.pins else "count")
+            pin = rank if self.placer.pins else None
+            memory = self.ranks.memory_signals(rank, t_rel, live.get(rank, 0))
+        else:
+            memory = self.telemetry.memory_signals(t_rel, len(self.sessions.live))
         ticket = self.gate.acquire(memory)
         if ticket is None:
             self.recorder.event(t_rel, "reject", session_id=session_id,
                                 reason=self.gate.last_rejection, limit=self.gate.limit.limit,
-                                occupancy=round(self.telemetry.occupancy.rho_now, 4))
+                                occupancy=round(memory["rho_now"], 4), rank=rank)
             return
-        self._push(self.sessions.open(session_id, ticket, t_rel), "frame", session_id)
+        self._push(self.sessions.open(session_id, ticket, t_rel, pin), "frame", session_id)
 
     def _on_tick(self, k: int, t_rel: float) -> None:
         now = self.engine.now()
-        tokens_out, owed = self.sessions.tick_counts(now)
+        tokens_out, owed, tokens_by_rank, owed_by_rank = self.sessions.tick_counts(now)
         sample = self.telemetry.measure(t_rel, tokens_out, owed)
+        self.ranks.measure(t_rel, tokens_by_rank, owed_by_rank)
         self.changes.apply_pending(t_rel)
-        if sample.stalled and self.changes.stall_guard and self.sessions.evict_largest(t_rel):
+        if self.changes.stall_guard and self.ranks.active:
+            # Only a stalled rank's pool is stuck: evict there, not the engine's largest.
+            for rank in self.ranks.stalled_ranks:
+                if self.sessions.evict_largest(t_rel, rank):
+                    self.ranks.reset_stall(rank)
+                    self.telemetry.reset_stall()
+        elif sample.stalled and self.changes.stall_guard and self.sessions.evict_largest(t_rel):
             self.telemetry.reset_stall()
         self.control.maybe_sample(now, len(self.sessions.live))
         self.telemetry.write_tick(
             k, sample, live=len(self.sessions.live), limit=self.gate.limit.limit,
             admitted=self.gate.admitted, rejected=sum(self.gate.rejected.values()),
             p95_ms=self.control.last_p95_ms)
+        if self.ranks.active:
+            self.ranks.write(k, t_rel, self.sessions.live_by_rank())
         self.progress = min(1.0, t_rel / self.config.duration_s)

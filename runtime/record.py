@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 
 from engine.contract import FrameHandle
@@ -61,6 +62,13 @@ class Recorder:
         self._tick_silent = 0
         self._tick_causes = dict.fromkeys(SILENT_CAUSES, 0)
         self.pool_full = False  # at the last tick: ρ ≥ FULL_OCCUPANCY (set by telemetry)
+        # Data parallelism (set by runtime.ranks): each rank's pool full at the last tick, and
+        # frames and silent frames per rank for the run and since the last tick.
+        self.rank_full: dict[int, bool] = {}
+        self.rank_frames: Counter = Counter()
+        self.rank_silent: Counter = Counter()
+        self._tick_rank_frames: Counter = Counter()
+        self._tick_rank_silent: Counter = Counter()
 
     # --- rows ---------------------------------------------------------------------------------
     def add(self, table: str, row: dict) -> None:
@@ -80,18 +88,19 @@ class Recorder:
 
     # --- frames -------------------------------------------------------------------------------
     def frame(self, session_id: int, idx: int, t_sub_rel: float, handle: FrameHandle | None,
-              now: float, closing: str | None = None) -> dict:
+              now: float, closing: str | None = None, rank: int | None = None) -> dict:
         """Record one frame whose deadline has passed. `handle` None: the frame could not even
         be submitted (the engine still owed the session's previous one). Returns the row.
 
         `latency_ms` is the true latency when the frame completed by `now`, else None with
         `censored` true: `latency_bound_ms` is then a lower bound (≥ budget), never a value.
-        `closing`: why the session is closing when this frame is finalised at its close."""
+        `closing`: why the session is closing when this frame is finalised at its close.
+        `rank`: the data-parallel rank the session lives on (None: unknown)."""
         cfg = self.config
         budget_s = cfg.budget / 1e3
         row = {"run_id": self.run_id, "session_id": session_id, "frame_idx": idx,
                "t_submit": t_sub_rel, "deadline": t_sub_rel + budget_s,
-               "tokens_expected": cfg.tokens_out, "skipped": handle is None}
+               "tokens_expected": cfg.tokens_out, "skipped": handle is None, "rank": rank}
         if handle is None:
             # Never submitted, never answered: its latency is unknown and at least the budget
             # (censored); a gateway with a wait budget answers empty and calls it on time.
@@ -118,7 +127,7 @@ class Recorder:
                 censored=not complete, naive_latency_ms=naive_ms, tokens_out=n_out,
                 on_time=on_time, naive_on_time=naive_ms <= cfg.budget + 1e-9,
                 silent=n_out == 0, complete=complete)
-        row["silent_cause"] = self._cause(handle, closing) if row["silent"] else None
+        row["silent_cause"] = self._cause(handle, closing, rank) if row["silent"] else None
         tot = self.totals
         tot.frames += 1
         if row["silent"]:
@@ -131,15 +140,27 @@ class Recorder:
         tot.naive_on_time += bool(row["naive_on_time"])
         self._tick_frames += 1
         self._tick_silent += row["silent"]
+        if rank is not None:
+            self.rank_frames[rank] += 1
+            self.rank_silent[rank] += row["silent"]
+            self._tick_rank_frames[rank] += 1
+            self._tick_rank_silent[rank] += row["silent"]
         self.add("frames", row)
         return row
 
-    def _cause(self, handle: FrameHandle | None, closing: str | None) -> str:
+    def _cause(self, handle: FrameHandle | None, closing: str | None,
+               rank: int | None = None) -> str:
         if closing is not None and closing.startswith("evicted"):
             return "guard"
         if handle is not None and handle.error not in (None, "closed"):
             return "other"
-        return "memory" if self.pool_full else "compute"
+        full = self.rank_full.get(rank, self.pool_full)  # its own rank's pool when known
+        return "memory" if full else "compute"
+
+    def take_rank_tick(self, rank: int) -> tuple[int, int]:
+        """Frames and silent frames finalised on `rank` since the last call."""
+        out = self._tick_rank_frames.pop(rank, 0), self._tick_rank_silent.pop(rank, 0)
+        return out
 
     def take_tick_silent(self) -> dict:
         """Since the last call: the share of finalised frames that were silent (None: none)

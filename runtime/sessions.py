@@ -41,6 +41,7 @@ class Session:
     record: tuple | None = None  # (frame_idx, handle) awaiting finalisation
     tokens_seen: int = 0  # tokens of the in-flight handle already counted in a tick
     max_blocks: int = 0
+    rank: int | None = None  # data-parallel rank it lives on (None: the engine did not say)
 
 
 class Sessions:
@@ -59,10 +60,13 @@ class Sessions:
         self.live: dict[int, Session] = {}
         self.max_blocks_closed = 0
         self.tokens_unticked = 0  # tokens of replaced in-flight frames, for the next tick
+        self._unticked_by_rank: dict = {}  # the same per rank
 
     # --- open ---------------------------------------------------------------------------------
-    def open(self, session_id: int, ticket: Ticket, t_rel: float) -> float:
-        """Open an admitted session; returns the run-relative time of its first frame."""
+    def open(self, session_id: int, ticket: Ticket, t_rel: float,
+             rank: int | None = None) -> float:
+        """Open an admitted session, pinned to `rank` (None: the engine places it); returns the
+        run-relative time of its first frame."""
         cfg = self.config
         if cfg.stagger:
             start = t_rel + (session_id % 8) / 8 * self._frame_s if cfg.load == "fixed" else t_rel
@@ -74,7 +78,8 @@ class Sessions:
         session = Session(session_id, ticket, start, end, source,
                           deque(maxlen=self.history_tokens()), [],
                           self.engine.policy.sink_tokens)
-        self.engine.open(session_id)
+        self.engine.open(session_id, rank)
+        session.rank = self.engine.session_rank(session_id)
         self.live[session_id] = session
         return start
 
@@ -121,7 +126,9 @@ class Sessions:
         if len(session.sinks) < session.sink_target:
             session.sinks.extend(tokens[:session.sink_target - len(session.sinks)])
         session.inputs_seen += len(tokens)
-        self.tokens_unticked += self.new_tokens(session)
+        new = self.new_tokens(session)
+        self.tokens_unticked += new
+        self._unticked_by_rank[session.rank] = self._unticked_by_rank.get(session.rank, 0) + new
         handle = self.engine.submit(session_id, prompt, cfg.tokens_out)
         session.kv_tokens += len(prompt) + cfg.tokens_out - 1
         session.max_blocks = max(session.max_blocks, self._resident_blocks(session.kv_tokens))
@@ -140,7 +147,8 @@ class Sessions:
 
     def _record(self, session: Session, idx: int, t_sub_rel: float,
                 handle: FrameHandle | None, now: float, closing: str | None = None) -> None:
-        row = self.recorder.frame(session.session_id, idx, t_sub_rel, handle, now, closing)
+        row = self.recorder.frame(session.session_id, idx, t_sub_rel, handle, now, closing,
+                                  session.rank)
         # A censored frame is a drop for the limit whatever its bound says (silent or late).
         self.control.add(now, row["latency_bound_ms"], row["silent"] or row["censored"])
 
@@ -154,18 +162,29 @@ class Sessions:
         new, session.tokens_seen = n - session.tokens_seen, n
         return new
 
-    def tick_counts(self, now: float) -> tuple[int, int]:
-        """(tokens out since the last tick, frames owed): owed means submitted at least half a
-        frame ago and not done (a frame submitted just now is not late yet)."""
+    def tick_counts(self, now: float) -> tuple[int, int, dict, dict]:
+        """(tokens out since the last tick, frames owed, and both per rank): owed means
+        submitted at least half a frame ago and not done (one submitted just now is not late)."""
         tokens, self.tokens_unticked = self.tokens_unticked, 0
-        owed = 0
+        tokens_by_rank, self._unticked_by_rank = self._unticked_by_rank, {}
+        owed, owed_by_rank = 0, {}
         for session in self.live.values():
-            tokens += self.new_tokens(session)
+            new = self.new_tokens(session)
+            tokens += new
+            tokens_by_rank[session.rank] = tokens_by_rank.get(session.rank, 0) + new
             handle = session.inflight
             if handle is not None and not handle.done_by(now) \
                     and handle.t_submit <= now - self._frame_s / 2:
                 owed += 1
-        return tokens, owed
+                owed_by_rank[session.rank] = owed_by_rank.get(session.rank, 0) + 1
+        return tokens, owed, tokens_by_rank, owed_by_rank
+
+    def live_by_rank(self) -> dict:
+        """Live sessions per rank (None: sessions whose rank the engine did not say)."""
+        counts: dict = {}
+        for session in self.live.values():
+            counts[session.rank] = counts.get(session.rank, 0) + 1
+        return counts
 
     def max_resident_blocks(self) -> int:
         return max([self.max_blocks_closed] + [s.max_blocks for s in self.live.values()])
@@ -205,7 +224,7 @@ class Sessions:
             self.close(session, t_rel, "max_model_len")
             return False
         self.engine.close(session.session_id)
-        self.engine.open(session.session_id)
+        self.engine.open(session.session_id, session.rank)  # a session keeps its rank
         session.kv_tokens = 0
         session.inflight = None
         self.recorder.totals.rollovers += 1
@@ -234,15 +253,16 @@ class Sessions:
             except Exception:  # noqa: BLE001 - keep closing the others
                 logger.exception("closing session %s", session.session_id)
 
-    def evict_largest(self, t_rel: float) -> bool:
-        """Stall guard: evict the session holding the most KV (frees the most blocks).
-        False when there was none to evict."""
-        if not self.live:
+    def evict_largest(self, t_rel: float, rank: int | None = None) -> bool:
+        """Stall guard: evict the session holding the most KV (frees the most blocks), on
+        `rank` when given (only its pool is stalled). False when there was none to evict."""
+        candidates = [s for s in self.live.values() if rank is None or s.rank == rank]
+        if not candidates:
             return False
-        victim = max(self.live.values(), key=lambda s: (s.kv_tokens, -s.session_id))
+        victim = max(candidates, key=lambda s: (s.kv_tokens, -s.session_id))
         self.recorder.totals.evicted += 1
         self.recorder.event(t_rel, "evict", session_id=victim.session_id,
                             reason="stall guard: pool stalled, evicted the largest session",
-                            kv_tokens=victim.kv_tokens)
+                            kv_tokens=victim.kv_tokens, rank=victim.rank)
         self.close(victim, t_rel, "evicted by stall guard")
         return True

@@ -56,10 +56,12 @@ def write_run_end(recorder: Recorder, summary: dict) -> None:
 def summarise(recorder: Recorder, cursor, engine: Engine, *, status: str, reason: str | None,
               end_rel: float, sessions_offered: int, gate, final_limit: int,
               stall_at: float | None, max_resident_blocks: int, settings: dict,
-              changes: list[dict], store: dict) -> dict:
+              changes: list[dict], store: dict, ranks: dict | None = None) -> dict:
     """The run's JSON (the fields every CLI run prints). `settings` are the live values at the
     end (policy, window, sinks, target, admission, stall_guard), `changes` the live changes in
-    order, `store` what the writer lost during the run (rows_lost, store_errors)."""
+    order, `store` what the writer lost during the run (rows_lost, store_errors), `ranks` the
+    data-parallel fields (data_parallel_size, placement, ranks: per-rank max_occupancy,
+    stalled, stall_at_s, frames, silent_frames; stalled_rank: the first to stall)."""
     cfg = recorder.config
     tot = recorder.totals
     frames = tot.frames
@@ -123,6 +125,7 @@ def summarise(recorder: Recorder, cursor, engine: Engine, *, status: str, reason
                               "stall_guard": cfg.stall_guard},
         "changes": changes,
         "rows_lost": store["rows_lost"], "store_errors": store["store_errors"],
+        **(ranks or {}),
         "duration_s": round(end_rel, 3),
     }
 

@@ -177,6 +177,8 @@ def open_archived(db_path: str, run_id: str):
         raise ValueError(f"run {run_id} is not archived in {folder.parent}")
     con = duckdb.connect()
     for table in RUN_TABLES:
+        if not (folder / f"{table}.parquet").is_file():
+            continue  # archived before the table existed (rank_ticks): readers find it absent
         source = _quote(folder / f"{table}.parquet")
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({source})")
     return con

@@ -175,9 +175,34 @@ CREATE TABLE IF NOT EXISTS settings_history (
     stall_guard BOOLEAN,
     memory_guard BOOLEAN
 );
+ALTER TABLE frames ADD COLUMN IF NOT EXISTS rank INTEGER;
+-- Data parallelism: one row per rank per tick (ticks keeps the whole engine's pool). Written
+-- only for runs with more than one rank.
+CREATE TABLE IF NOT EXISTS rank_ticks (
+    run_id VARCHAR,
+    tick INTEGER,
+    t DOUBLE,
+    rank INTEGER,
+    live INTEGER,
+    occupancy DOUBLE,
+    used_blocks INTEGER,
+    total_blocks INTEGER,
+    running INTEGER,
+    waiting INTEGER,
+    paused INTEGER,
+    tokens_out INTEGER,
+    frames_waiting INTEGER,
+    stalled BOOLEAN,
+    frames INTEGER,
+    silent_frames INTEGER,
+    tsat_s DOUBLE,
+    rho_slope_per_s DOUBLE
+);
+CREATE INDEX IF NOT EXISTS rank_ticks_run ON rank_ticks (run_id);
 """
 
-TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models", "settings_history")
+TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models", "settings_history",
+          "rank_ticks")
 # every row keyed by one run_id (retention moves these)
-RUN_TABLES = ("runs", "frames", "ticks", "events", "steps", "settings_history")
+RUN_TABLES = ("runs", "frames", "ticks", "events", "steps", "settings_history", "rank_ticks")
 FIRE_STATUSES = ("running", "finished", "failed", "skipped", "missed", "interrupted")

@@ -78,7 +78,7 @@ class MetricsExporter(Collector):
 
     def observe(self, table: str, row: dict) -> None:
         """One row the runner stored. Unknown tables (steps, runs) are ignored."""
-        if table not in ("frames", "ticks", "events"):
+        if table not in ("frames", "ticks", "events", "rank_ticks"):
             return
         run_id = row.get("run_id")
         if not run_id:
@@ -89,6 +89,8 @@ class MetricsExporter(Collector):
                 state.on_frame(row)
             elif table == "ticks":
                 state.on_tick(row)
+            elif table == "rank_ticks":
+                state.on_rank_tick(row)
             else:
                 state.on_event(row)
                 if not state.active:
@@ -173,6 +175,18 @@ class MetricsExporter(Collector):
         window = gauge("metronome_kv_window_tokens",
                        "Per-session KV window W in tokens; +Inf when KV is unbounded.")
         sinks = gauge("metronome_kv_sink_tokens", "Attention-sink tokens S kept per session.")
+        # Data parallelism: what a session-sticky router (Ray Serve LLM, llm-d) needs per rank
+        # to place a new session where the pool fills last.
+        rank_occupancy = gauge("metronome_rank_pool_occupancy_ratio",
+                               "KV pool occupancy of one data-parallel rank.", ["rank"])
+        rank_tsat = gauge("metronome_rank_tsat_seconds", "Predicted seconds until this rank's "
+                          "pool is full; +Inf when it is not rising.", ["rank"])
+        rank_stalled = gauge("metronome_rank_stalled",
+                             "1 while this rank's pool is stalled.", ["rank"])
+        rank_live = gauge("metronome_rank_sessions_live", "Sessions living on this rank.",
+                          ["rank"])
+        rank_silent = counter("metronome_rank_silent_frames",
+                              "Silent frames of the sessions on this rank.", ["rank"])
         active = gauge("metronome_run_active", "1 while the run runs, 0 once it ended "
                        "(ended runs are kept for a few scrapes).")
         lost = CounterMetricFamily(
@@ -200,6 +214,8 @@ class MetricsExporter(Collector):
             for (setting, outcome), n in sorted(s["param_changes"].items()):
                 params.add_metric(key + [setting, outcome], n)
             stalls.add_metric(key, s["stalls"])
+            for rank, n in sorted(s["rank_silent"].items()):
+                rank_silent.add_metric(key + [rank], n)
             rollovers.add_metric(key, s["rollovers"])
             active.add_metric(key, 1.0 if s["active"] else 0.0)
             if not s["active"]:
@@ -223,9 +239,15 @@ class MetricsExporter(Collector):
             for state in ("running", "waiting"):
                 if g.get(state) is not None:
                     requests.add_metric(key + [state], float(g[state]))
+            for rank, rg in sorted(s["rank_gauges"].items()):
+                for family, name in ((rank_occupancy, "occupancy"), (rank_tsat, "tsat_s"),
+                                     (rank_stalled, "stalled"), (rank_live, "live")):
+                    if rg.get(name) is not None:
+                        family.add_metric(key + [rank], float(rg[name]))
         return [latency, frames, censored, budget, occupancy, blocks, tsat, live, limit, waiting,
                 stalled, requests, decisions, evictions, closes, stalls, rollovers, params,
-                window, sinks, overrun, active, lost, written]
+                window, sinks, overrun, active, lost, written, rank_occupancy, rank_tsat,
+                rank_stalled, rank_live, rank_silent]
 
 
 def _copy(s: RunState) -> dict:
@@ -238,4 +260,6 @@ def _copy(s: RunState) -> dict:
             "evictions": dict(s.evictions), "closes": dict(s.closes),
             "param_changes": dict(s.param_changes), "stalls": s.stalls,
             "rollovers": s.rollovers, "window_tokens": s.window_tokens,
-            "sink_tokens": s.sink_tokens, "gauges": dict(s.gauges)}
+            "sink_tokens": s.sink_tokens, "gauges": dict(s.gauges),
+            "rank_gauges": {r: dict(g) for r, g in s.rank_gauges.items()},
+            "rank_silent": dict(s.rank_silent)}

@@ -99,6 +99,9 @@ class RunState:
     gauges: dict = field(default_factory=dict)  # the latest tick's values, see on_tick
     window_tokens: float | None = None  # +Inf: unbounded; None: not known yet
     sink_tokens: float | None = None
+    # Data parallelism (rank_ticks rows): each rank's latest gauges and silent frames so far.
+    rank_gauges: dict = field(default_factory=dict)  # rank → {occupancy, tsat_s, stalled, live}
+    rank_silent: dict = field(default_factory=dict)  # rank → silent frames (cumulative)
 
     @property
     def stalls(self) -> int:
@@ -116,6 +119,9 @@ class RunState:
     # --- rows ---------------------------------------------------------------------------------
     def on_frame(self, row: dict) -> None:
         self.frames[frame_outcome(row)] += 1
+        if row.get("rank") is not None and row.get("silent"):
+            rank = str(row["rank"])
+            self.rank_silent[rank] = self.rank_silent.get(rank, 0) + 1
         if self.budget_s is None and row.get("deadline") is not None \
                 and row.get("t_submit") is not None:
             self.budget_s = float(row["deadline"]) - float(row["t_submit"])
@@ -152,6 +158,15 @@ class RunState:
             "running": row.get("running"),
             "waiting": row.get("waiting"),
         }
+
+    def on_rank_tick(self, row: dict) -> None:
+        """One rank's tick (data-parallel runs): the gauges a router needs per rank."""
+        rank = str(row.get("rank"))
+        tsat = row.get("tsat_s")
+        self.rank_gauges[rank] = {
+            "occupancy": row.get("occupancy"), "live": row.get("live"),
+            "tsat_s": math.inf if tsat is None else float(tsat),
+            "stalled": 1.0 if row.get("stalled") else 0.0}
 
     def on_event(self, row: dict) -> None:
         kind = row.get("kind")
