@@ -223,8 +223,9 @@ class VLLMEngine(Engine):
                 # is the CUDA backend whose metadata it compacts.
                 args["compilation_config"] = {"cudagraph_mode": "PIECEWISE"}
                 args["attention_backend"] = CUDA_BACKEND
-        if self._ranks > 1:
-            args["data_parallel_size"] = self._ranks  # num_gpu_blocks_override is per engine
+        ranks = dp_ranks(cfg)  # from the config alone: engine_args needs no started engine
+        if ranks > 1:
+            args["data_parallel_size"] = ranks  # num_gpu_blocks_override is per engine
         for key, value in cfg.vllm_args:
             args[key] = value
         if cfg.policy.kind == "window" and not on_cpu:
