@@ -15,6 +15,7 @@ only the calibration row is kept, per engine + model + machine (`store/calibrati
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import math
@@ -105,6 +106,7 @@ class Calibration:
         return cls(**d)
 
 
+@functools.lru_cache(maxsize=1)
 def host_machine() -> str:
     """This machine in one line: host name, CPU model and cores, and the GPU when there is one."""
     cpu = platform.processor() or platform.machine()
@@ -127,26 +129,31 @@ def host_machine() -> str:
     return text
 
 
-def machine_key(engine: str, store=None, cost: CostModel | None = None) -> str:
+def machine_key(engine: str, cur=None, cost: CostModel | None = None) -> str:
     """What a calibration is valid for besides engine and model: the host for vLLM; for the
     twin, its cost model (the newest fitted one in the store, or the default) — the twin's speed
     is the model, not the host."""
     if engine != "twin":
         return host_machine()
-    cost = cost or (latest_cost_model(store) if store is not None else None) or CostModel()
+    row = queries.latest_twin_model(cur) if cost is None and cur is not None else None
+    if row is not None:
+        cost = CostModel(row["a_ms"], row["b_ms_per_token"], row["c_ms_per_resident_token"],
+                         source=str(row["source_run_id"]))
+    cost = cost or CostModel()
     return (f"simulated · cost {cost.source} a={cost.a_ms:g} b={cost.b_ms_per_token:g} "
             f"c={cost.c_ms_per_resident_token:g}")
 
 
-def stored(store, engine: str, model: str) -> Calibration | None:
-    row = calibrations.latest(store.cursor(), engine, model, machine_key(engine, store))
+def stored(cur, engine: str, model: str) -> Calibration | None:
+    """The newest calibration of this engine and model for this machine (a store cursor)."""
+    row = calibrations.latest(cur, engine, model, machine_key(engine, cur))
     return None if row is None else Calibration.from_row(row)
 
 
 def ensure(store, engine: str, model: str, progress=None, recalibrate: bool = False,
            **kwargs) -> Calibration:
     """The stored calibration for this engine, model and machine, or a new one (kept)."""
-    found = None if recalibrate else stored(store, engine, model)
+    found = None if recalibrate else stored(store.cursor(), engine, model)
     if found is not None:
         logger.info("using the %s", found.label())
         return found
@@ -214,7 +221,8 @@ def calibrate(engine: str, model: str, store=None, *, engine_factory=None, progr
         probe_store.close()
     cost_fit, facts = fit_cost_model(steps, source="calibration")
     result = Calibration(
-        engine=engine, model=model, machine=machine_key(engine, store, cost),
+        engine=engine, model=model,
+        machine=machine_key(engine, None if store is None else store.cursor(), cost),
         calibrated_at=dt.datetime.now().replace(microsecond=0), n_c=lo,
         n_c_estimate=estimate, target_ms=target_ms, frame_ms=base.frame_ms,
         tokens_in=base.tokens_in, tokens_out=base.tokens_out, block_size=base.block_size,

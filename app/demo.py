@@ -5,6 +5,7 @@ windowed run is clean and every session grows at once, a sharp cliff), a pool si
 unbounded run's predicted t_sat falls at a third of the run, the window well inside that pool,
 and a gateway that answers after half the budget (so the naive dashboard's lie shows).
 `cliff_problems` says before anything runs why settings typed by hand cannot show a cliff.
+`preparation` is the run host's job for the one-click demo (calibrate if needed, then plan).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ LOAD_FRACTION = 0.65  # of N_c: the windowed run keeps headroom on a shared mach
 TSAT_FRACTION = 1 / 3  # of the run: the cliff, then twice as long to see what follows
 DURATION_S = 18.0
 WAIT_BUDGET = 0.5  # the gateway answers an empty frame after half the budget
+DEMO_ENGINE_ENV = "METRONOME_DEMO_ENGINE"  # the console's demo engine (default vllm; CI: twin)
 WINDOW_SHARE_MAX = 0.5  # the windowed sessions' blocks may take at most this share of the pool
 
 
@@ -137,3 +139,41 @@ def cliff_problems(base: RunConfig, window: int, sinks: int, n_c: int | None) ->
                         f"blocks > the pool's {base.pool_blocks}")
     return problems
 
+
+
+def demo_engine() -> str:
+    """The engine the console's one-click demo uses: $METRONOME_DEMO_ENGINE, default vllm
+    (the browser test sets twin, so CI needs no second vLLM start)."""
+    import os
+
+    from runtime import ENGINES
+
+    engine = os.environ.get(DEMO_ENGINE_ENV, "").strip() or "vllm"
+    if engine not in ENGINES:
+        raise ValueError(f"{DEMO_ENGINE_ENV}={engine!r} is not one of {', '.join(ENGINES)}")
+    return engine
+
+
+def preparation(engine: str, model: str = "tiny", seed: int = 0):
+    """The host job (RunHost.start_prepared, 2 runs): the stored calibration for this machine
+    or a new one, then the demo's unbounded and windowed runs."""
+    def prepare(store, progress) -> list[RunConfig]:
+        from app import calibration
+
+        cal = calibration.ensure(store, engine, model, progress)
+        settings = derive(cal)
+        progress(1.0, f"demo: {settings.sessions} sessions, pool {settings.pool_blocks} "
+                      f"blocks, predicted t_sat {settings.predicted_t_sat_s:.1f} s "
+                      f"({cal.label()})")
+        return settings.configs(engine, model, seed)
+    return prepare
+
+
+def recalibration(engine: str, model: str = "tiny"):
+    """The host job for the Recalibrate button: a calibration alone (0 runs)."""
+    def prepare(store, progress) -> list[RunConfig]:
+        from app import calibration
+
+        calibration.calibrate(engine, model, store, progress=progress)
+        return []
+    return prepare
