@@ -192,7 +192,8 @@ class RunHost:
             series = None if self._series is None else dict(self._series)
             if series is not None:
                 done = series["index"] + (runner.progress if runner is not None else 0.0)
-                series["progress"] = min(1.0, done / series["total"])
+                series["progress"] = min(1.0, done / series["total"]) if series["total"] \
+                    else (self._note[0] if self._note else 0.0)  # a preparation alone
             return {
                 "status": self._status_locked(),
                 "run_id": self._run_id,
