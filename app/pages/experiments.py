@@ -59,10 +59,14 @@ if c.button("Recalibrate" if cal else "Calibrate", key="exp_calibrate", disabled
 
 initial = {"exp_load": d["load"], "exp_sessions": d["sessions"], "exp_duration": d["duration_s"],
            "exp_pool": d["pool_blocks"], "exp_window": 128, "exp_sinks": 0, "exp_wait": 0.0}
-if cal is not None and cal.n_c >= 1:
-    initial.update(calibrated_values(cal))
 for key, value in initial.items():
     st.session_state.setdefault(key, value)
+# A calibration the fields have not been filled from yet (new, or another engine's) fills them:
+# after the one-click demo the form shows the settings the demo ran with.
+stamp = None if cal is None else (engine, str(cal.calibrated_at))
+if cal is not None and cal.n_c >= 1 and st.session_state.get("_exp_filled_from") != stamp:
+    use_calibrated(cal)
+    st.session_state["_exp_filled_from"] = stamp
 
 a, b, c, e = st.columns(4)
 load = a.selectbox("Load", ("fixed", "poisson"), key="exp_load",
@@ -114,15 +118,16 @@ if st.button("Run experiment", key="exp_run", type="primary", disabled=busy):
 def results() -> None:
     state = host.state()
     series = state["series"]
+    preparing = state["status"] == "preparing"
+    if st.session_state.get("_exp_preparing") and not preparing:
+        st.session_state["_exp_preparing"] = False
+        st.rerun(scope="app")  # a calibration just ended: the page pre-fills from it
+    st.session_state["_exp_preparing"] = preparing
     if series is not None and series["kind"] == "calibration":
         if state["status"] in ACTIVE and state["note"]:
             st.progress(state["note"][0], text=state["note"][1])
         elif state["error"]:
             st.error(f"calibration failed: {state['error']}")
-        elif st.session_state.get("_calibrating"):
-            st.session_state["_calibrating"] = False
-            st.rerun(scope="app")  # the new calibration pre-fills the settings
-        st.session_state["_calibrating"] = state["status"] in ACTIVE
         return
     if series is None or series["kind"] not in experiments.KINDS:  # e.g. a schedule's fire
         st.info("No experiment yet in this console: set one up above and run it.")

@@ -54,7 +54,7 @@ def test_derived_settings_move_with_the_machine_and_both_show_a_cliff_and_a_slop
     assert slow_demo.sessions < fast_demo.sessions
     assert slow_demo.pool_blocks < fast_demo.pool_blocks
     for settings, cost in ((fast_demo, FAST), (slow_demo, SLOW)):
-        assert settings.sessions <= 0.7 * settings.n_c
+        assert settings.sessions <= 0.5 * settings.n_c
         assert settings.predicted_t_sat_s == pytest.approx(settings.duration_s / 3, rel=0.05)
         _assert_cliff_and_slope(*_run_pair(settings, cost, store), store)
 
