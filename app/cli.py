@@ -121,6 +121,21 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--db", default=None)
     fit.add_argument("--json", action="store_true")
 
+    cal = sub.add_parser("calibrate", help="measure this machine's step cost and compute "
+                                           "limit N_c (kept in the database)")
+    demo = sub.add_parser("demo", help="the cliff vs slope demo sized for this machine "
+                                       "(calibrates first when it has to)")
+    for p in (cal, demo):
+        p.add_argument("--engine", choices=["vllm", "twin"], default="vllm")
+        p.add_argument("--model", default="tiny", help="tiny, smollm2 or a local model folder")
+        p.add_argument("--db", default=None)
+        p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    demo.add_argument("--recalibrate", action="store_true",
+                      help="calibrate even when a calibration for this machine is stored")
+    demo.add_argument("--duration", type=_positive_float, default=None,
+                      help="seconds per run (default 18)")
+    demo.add_argument("--seed", type=int, default=0)
+
     runs = sub.add_parser("runs", help="list recorded runs")
     runs.add_argument("--db", default=None)
     runs.add_argument("--limit", type=int, default=20)
@@ -201,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         return {"run": _cmd_run, "quality": _cmd_quality, "fit-twin": _cmd_fit, "runs": _cmd_runs,
                 "build-model": _cmd_build, "report": _cmd_report, "scheduler": _cmd_scheduler,
                 "schedule": _cmd_schedule, "archive": _cmd_archive,
-                "forecast": _cmd_forecast}[args.command](args)
+                "forecast": _cmd_forecast, "calibrate": _cmd_calibrate,
+                "demo": _cmd_demo}[args.command](args)
     except (ValueError, RuntimeError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"metronome: error: {message}", file=sys.stderr)
@@ -367,6 +383,68 @@ def _cmd_fit(args) -> int:
               "c_ms_per_resident_token": model.c_ms_per_resident_token, **facts}
     print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
     return 0
+
+
+def _progress_to_stderr(fraction: float, text: str) -> None:
+    print(f"[{fraction:4.0%}] {text}", file=sys.stderr, flush=True)
+
+
+def _cmd_calibrate(args) -> int:
+    from app.calibration import calibrate
+    from store import open_store
+
+    store = open_store(args.db)
+    out = _stdout_for_json()
+    try:
+        result = calibrate(args.engine, args.model, store, progress=_progress_to_stderr)
+    finally:
+        store.close()
+    d = result.as_dict()
+    out.write((json.dumps(d) if args.json else "\n".join(f"{k:>24}: {v}" for k, v in d.items()))
+              + "\n")
+    out.flush()
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    """Calibrate if needed, run unbounded then windowed, print both summaries and the story."""
+    from dataclasses import asdict
+
+    from app import calibration, demo, story
+    from runtime import Runner, make_engine
+    from store import open_store
+
+    store = open_store(args.db)
+    out = _stdout_for_json()
+    try:
+        cal = calibration.ensure(store, args.engine, args.model, _progress_to_stderr,
+                                 recalibrate=args.recalibrate)
+        settings = demo.derive(cal, args.duration or demo.DURATION_S)
+        summaries = []
+        for config in settings.configs(args.engine, args.model, args.seed):
+            _progress_to_stderr(len(summaries) / 2, f"demo run {len(summaries) + 1} of 2: "
+                                                    f"{config.policy}")
+            engine = make_engine(config, store)
+            try:
+                summaries.append(Runner(config, engine, store).run())
+            finally:
+                engine.shutdown()
+        store.writer.flush()
+        cur = store.cursor()
+        after = [story.silent_after_stall(cur, s) for s in summaries]
+        result = {"calibration": cal.as_dict(), "settings": asdict(settings),
+                  "runs": summaries, "silent_after_stall": after,
+                  "sentences": [story.sentence(s, a) for s, a in zip(summaries, after)],
+                  "story": story.story(cur, *summaries)}
+    finally:
+        store.close()
+    if args.json:
+        out.write(json.dumps(result, default=str) + "\n")
+    else:
+        out.write("\n\n".join([_human(s) for s in summaries] + [result["story"]]) + "\n")
+    out.flush()
+    failed = any(s["status"] not in ("finished", "aborted") for s in summaries)
+    return EXIT_FAILED if failed else 0
 
 
 def _cmd_runs(args) -> int:

@@ -74,13 +74,15 @@ def main() -> None:
 def _running_now(host: RunHost) -> None:
     """What is running, on every page, so no page hides an active run."""
     state = host.state()
-    if state["run_id"] is None:
+    if state["run_id"] is None and state["status"] not in ACTIVE:
         st.caption("nothing running")
         return
     series = state["series"]
     progress = state["progress"] if series is None else series["progress"]
     what = f"run {state['run_id']}" if series is None else \
         f"{series['kind']} run {series['index'] + 1}/{series['total']}"
+    if state["status"] == "preparing" and state["note"]:
+        progress, what = state["note"][0], state["note"][1]  # e.g. the calibration's probes
     st.progress(progress, text=f"{state['status']} · {what} · {engine_label(state['engine'])}")
     if state["error"]:
         st.error(state["error"])

@@ -20,7 +20,7 @@ from store import open_store
 
 logger = logging.getLogger(__name__)
 
-ACTIVE = ("starting", "running", "stopping")
+ACTIVE = ("preparing", "starting", "running", "stopping")  # preparing: e.g. a calibration
 METRICS_PORT_ENV = "METRONOME_METRICS_PORT"  # 0 turns the console's metrics endpoint off
 METRICS_ADDR_ENV = "METRONOME_METRICS_ADDR"
 
@@ -44,6 +44,10 @@ def one_line(exc: BaseException) -> str:
     """The first line of an exception's message, for an operator-facing error."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+class _Stopped(Exception):
+    """The host was stopped while it prepared a series."""
 
 
 def new_run_id() -> str:
@@ -73,6 +77,7 @@ class RunHost:
         self._error: str | None = None
         self._config: RunConfig | None = None
         self._series: dict | None = None  # {"kind", "run_ids", "total"} of an experiment
+        self._note: tuple[float, str] | None = None  # (fraction, text) of a preparation
 
     def _serve_metrics(self, port: int | None) -> None:
         # The console must come up even when the port is taken (a second console, a test run):
@@ -106,25 +111,42 @@ class RunHost:
         series never holds two engines' memory. `kind` names the experiment in `state()`."""
         if not configs:
             raise ValueError("an experiment needs at least one run")
+        return self._launch(None, list(configs), len(configs), db_path, kind)
+
+    def start_prepared(self, prepare, total: int, db_path: str | None = None,
+                       kind: str | None = None) -> list[str]:
+        """Like start_series, but the configs come from `prepare(store, progress)`, called
+        first on the host's thread (a calibration: most of a minute on vLLM, never on a page's
+        thread). `progress(fraction, text)` shows in `state()["note"]` and raises once the
+        host is stopped. `total`: how many configs prepare returns (0: it is the whole job,
+        e.g. a recalibration). Returns the run ids at once."""
+        if not 0 <= total <= 1000:
+            raise ValueError(f"prepared runs {total} must be in [0, 1000]")
+        return self._launch(prepare, None, total, db_path, kind)
+
+    def _launch(self, prepare, configs, total: int, db_path, kind) -> list[str]:
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 raise ValueError(
                     f"run {self._run_id} is still {self._status_locked()}; stop it first")
             store = open_store(db_path)  # a StoreError surfaces to the caller, not the thread
-            run_ids = [new_run_id() for _ in configs]
+            run_ids = [new_run_id() for _ in range(total)]
             self._stop.clear()
             self._runner = None
-            self._status, self._run_id, self._engine_kind, self._error = (
-                "starting", run_ids[0], configs[0].engine, None)
-            self._config = configs[0]
+            first = configs[0] if configs else None
+            self._status = "starting" if prepare is None else "preparing"
+            self._run_id = run_ids[0] if run_ids else None
+            self._engine_kind = first.engine if first else None
+            self._error, self._config, self._note = None, first, None
             self._series = None if kind is None else {
-                "kind": kind, "run_ids": run_ids, "total": len(configs), "index": 0}
-            self._thread = threading.Thread(target=self._work_series,
-                                            args=(list(configs), store, run_ids),
-                                            name=f"metronome-host-{run_ids[0]}", daemon=True)
+                "kind": kind, "run_ids": run_ids, "total": total, "index": 0}
+            target = self._work_series if prepare is None else self._work_prepared
+            self._thread = threading.Thread(
+                target=target, args=(prepare or configs, store, run_ids),
+                name=f"metronome-host-{run_ids[0] if run_ids else kind}", daemon=True)
             self._thread.start()
-        logger.info("run %s starting (%s engine, %d run(s))", run_ids[0], configs[0].engine,
-                    len(configs))
+        logger.info("%s: %d run(s)%s", kind or f"run {run_ids[0]}", total,
+                    "" if prepare is None else " after preparing")
         return run_ids
 
     def apply(self, **change) -> str:
@@ -170,7 +192,8 @@ class RunHost:
             series = None if self._series is None else dict(self._series)
             if series is not None:
                 done = series["index"] + (runner.progress if runner is not None else 0.0)
-                series["progress"] = min(1.0, done / series["total"])
+                series["progress"] = min(1.0, done / series["total"]) if series["total"] \
+                    else (self._note[0] if self._note else 0.0)  # a preparation alone
             return {
                 "status": self._status_locked(),
                 "run_id": self._run_id,
@@ -181,6 +204,7 @@ class RunHost:
                 "summary": runner.summary if runner is not None else None,
                 "config": self._config,
                 "series": series,
+                "note": self._note,  # (fraction, text) while preparing, else the last one
             }
 
     def _status_locked(self) -> str:
@@ -189,6 +213,35 @@ class RunHost:
         return self._status
 
     # --- the host thread ----------------------------------------------------------------------
+    def _progress(self, fraction: float, text: str) -> None:
+        if self._stop.is_set():
+            raise _Stopped(text)
+        with self._lock:
+            self._note = (max(0.0, min(1.0, fraction)), text)
+
+    def _work_prepared(self, prepare, store, run_ids: list[str]) -> None:
+        try:
+            configs = list(prepare(store, self._progress))
+            if len(configs) != len(run_ids):
+                raise ValueError(f"preparation gave {len(configs)} runs, not {len(run_ids)}")
+        except _Stopped:
+            self._finish(None, "aborted", None)
+            return
+        except Exception as exc:  # noqa: BLE001 - the operator reads why in the state
+            logger.exception("preparation failed")
+            self._finish(None, "failed", one_line(exc))
+            return
+        if not configs:
+            self._finish(None, "finished", None)
+            return
+        with self._lock:
+            if self._stop.is_set():
+                self._status = "aborted"
+                return
+            self._status, self._engine_kind, self._config = (
+                "starting", configs[0].engine, configs[0])
+        self._work_series(configs, store, run_ids)
+
     def _work_series(self, configs: list[RunConfig], store, run_ids: list[str]) -> None:
         for index, (config, run_id) in enumerate(zip(configs, run_ids)):
             if index:

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app import charts, experiments, replay, views
+from app import calibration, charts, experiments, replay, report, story, views
 from store import queries
 
 
@@ -22,7 +22,11 @@ def draw_results(cur, kind: str, run_ids: list[str]) -> None:
     if not rows:
         return
     if kind == "cliff vs slope":
+        if len(rows) == 2:
+            st.success(story.story(cur, *(json.loads(r["summary"]) for r in rows)))
         side_by_side(cur, rows)
+        if len(rows) == 2:
+            downloads([r["run_id"] for r in rows])
     elif kind == "collapse":
         table = experiments.collapse_table(rows)
         st.subheader("Collapse table")
@@ -48,6 +52,8 @@ def side_by_side(cur, rows: list[dict]) -> None:
         col.markdown(f"**{experiments.policy_label(row)}** · seed {row['seed']} · {stall}"
                      + f" · silent {summary['silent_rate'] or 0:.1%}"
                      + f" · p95 {views.p95_text(summary)}")
+        col.markdown(f"_{story.row_sentence(cur, row)}_")
+        col.caption(naive_and_truth(summary))
         col.altair_chart(charts.latency_chart(d.frames, float(row["budget_ms"]), x_domain=x,
                                               y_domain=(0, top), marks=d.marks),
                          width="stretch")
@@ -56,11 +62,46 @@ def side_by_side(cur, rows: list[dict]) -> None:
         col.altair_chart(charts.silent_chart(d.frames, x, d.marks), width="stretch")
 
 
+def naive_and_truth(summary: dict) -> str:
+    """What a gateway's dashboard showed beside what users heard."""
+    naive, truth = summary.get("naive_on_time_rate"), summary.get("on_time_rate")
+    if naive is None or truth is None:
+        return "no frames"
+    gateway = f"gateway answering after {summary['wait_budget']:g} × budget" \
+        if summary.get("wait_budget") else "gateway"
+    return (f"{gateway} dashboard: {naive:.1%} on time · truth: {truth:.1%} on time, "
+            f"{summary.get('silent_rate') or 0:.1%} silent")
+
+
+def downloads(run_ids: list[str]) -> None:
+    """The pair as one shareable report (HTML opens offline; PNG for a slide), built only when
+    clicked."""
+    from app.console import store
+
+    def render(fmt: str):
+        return lambda: report.render(store().cursor(), run_ids, fmt)
+
+    a, b = st.columns(2)
+    name = f"metronome-{'-vs-'.join(run_ids)}"
+    a.download_button("Download the report (HTML)", render("html"), f"{name}.html",
+                      "text/html", key="exp_report_html")
+    b.download_button("Download the report (PNG)", render("png"), f"{name}.png",
+                      "image/png", key="exp_report_png")
+
+
 def n_star(cur, row: dict) -> None:
     summary = json.loads(row["summary"])
     ticks = queries.tick_buckets(cur, row["run_id"], views.bucket_for(float(row["duration_s"])))
     converged = experiments.converged_cap(ticks)
-    st.metric("converged cap N* (median cap over the last third)", converged)
+    cal = calibration.stored(cur, row["engine"], row["model"])
+    a, b = st.columns(2)
+    a.metric("converged cap N* (median cap over the last third)", converged)
+    if cal is None:
+        b.caption(f"{row['engine']}/{row['model']} is not calibrated on this machine: no "
+                  "compute limit N_c to compare with (Calibrate above)")
+    else:
+        b.metric(f"N* / N_c (compute limit {cal.n_c}, {cal.label()})",
+                 "—" if converged is None or not cal.n_c else f"{converged / cal.n_c:.2f}")
     if summary["rejected"] == 0:
         st.warning("No session was ever rejected: demand never reached the cap, so this is the "
                    "offered load, not N*. Raise the arrival rate or the session length.")

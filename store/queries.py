@@ -107,6 +107,13 @@ def steps(cur, run_id: str) -> list[dict]:
         "FROM steps WHERE run_id = ? ORDER BY t", [run_id]).df().to_dict("records")
 
 
+def silent_share_after(cur, run_id: str, t: float) -> float | None:
+    """The share of frames submitted at or after t (run-relative s) that went silent."""
+    n, silent = cur.execute("SELECT count(*), count(*) FILTER (WHERE silent) FROM frames "
+                            "WHERE run_id = ? AND t_submit >= ?", [run_id, t]).fetchone()
+    return silent / n if n else None
+
+
 def latest_twin_model(cur) -> dict | None:
     df = cur.execute("SELECT * FROM twin_models ORDER BY fitted_at DESC LIMIT 1").df()
     return None if df.empty else df.iloc[0].to_dict()

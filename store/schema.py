@@ -98,6 +98,30 @@ CREATE TABLE IF NOT EXISTS twin_models (
     r2 DOUBLE,
     n_steps INTEGER
 );
+-- One row per calibration: an engine + model on one machine, its fitted step cost and the
+-- compute limit N_c measured with a bounded window (app/calibration.py); the newest row wins.
+CREATE TABLE IF NOT EXISTS calibrations (
+    calibrated_at TIMESTAMP,
+    engine VARCHAR,
+    model VARCHAR,
+    machine VARCHAR,
+    n_c INTEGER,
+    n_c_estimate INTEGER,
+    target_ms DOUBLE,
+    frame_ms DOUBLE,
+    tokens_in INTEGER,
+    tokens_out INTEGER,
+    block_size INTEGER,
+    window_tokens INTEGER,
+    sink_tokens INTEGER,
+    a_ms DOUBLE,
+    b_ms_per_token DOUBLE,
+    c_ms_per_resident_token DOUBLE,
+    r2 DOUBLE,
+    n_steps INTEGER,
+    probes VARCHAR,
+    seconds DOUBLE
+);
 -- Schedules are defined here, not in APScheduler: this table is the source of truth and the
 -- scheduler's jobs are rebuilt from it at every start (app/scheduler.py).
 CREATE TABLE IF NOT EXISTS schedules (
@@ -202,7 +226,7 @@ CREATE INDEX IF NOT EXISTS rank_ticks_run ON rank_ticks (run_id);
 """
 
 TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models", "settings_history",
-          "rank_ticks")
+          "rank_ticks", "calibrations")
 # every row keyed by one run_id (retention moves these)
 RUN_TABLES = ("runs", "frames", "ticks", "events", "steps", "settings_history", "rank_ticks")
 FIRE_STATUSES = ("running", "finished", "failed", "skipped", "missed", "interrupted")

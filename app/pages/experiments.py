@@ -1,14 +1,16 @@
 """Experiments: cliff vs slope, the collapse table over repeated seeds, N* discovery.
 
 An experiment is a series of runs on the run host (one engine at a time); this page plans it,
-shows its progress, and draws the finished runs from the store on shared axes.
+shows its progress, and draws the finished runs from the store on shared axes. With a
+calibration of the selected engine on this machine, the settings start from the demo derived
+from it (app/demo.py); settings typed by hand that cannot show a cliff are named before the run.
 """
 
 import os
 
 import streamlit as st
 
-from app import experiments, views
+from app import calibration, demo, experiments, views
 from app.console import run_host, store
 from app.engine_host import ACTIVE, one_line
 from app.experiment_views import draw_results
@@ -18,50 +20,115 @@ from store import StoreError
 
 REFRESH_S = 1.0
 FORECAST_SEEDS = int(os.environ.get("METRONOME_FORECAST_SEEDS", "200"))  # tests use fewer
+MODEL = "tiny"
 d = experiments.DEFAULTS
+
+
+def calibrated_values(cal) -> dict:
+    s = demo.derive(cal)
+    return {"exp_load": "fixed", "exp_sessions": s.sessions, "exp_duration": s.duration_s,
+            "exp_pool": s.pool_blocks, "exp_window": s.window, "exp_sinks": s.sinks,
+            "exp_wait": s.wait_budget}
+
+
+def use_calibrated(cal) -> None:
+    st.session_state.update(calibrated_values(cal))
+
 
 st.title("Experiments")
 host = run_host()
-with st.form("experiment_form"):
-    kind = st.radio("Experiment", experiments.KINDS, key="exp_kind", horizontal=True,
-                    help="cliff vs slope: one seeded load, unbounded then windowed. collapse: "
-                         "that pair over n seeds. N* discovery: a ramp with AIMD admission.")
-    a, b, c, e = st.columns(4)
-    engine = a.selectbox("Engine", ENGINES, index=ENGINES.index(d["engine"]),
-                         format_func=views.engine_label, key="exp_engine")
-    sessions = b.number_input("Sessions offered", value=d["sessions"], step=1, key="exp_sessions")
-    rate = c.number_input("Arrival rate (sessions/s)", value=d["arrival_rate"], step=0.5,
-                          key="exp_rate")
-    session_s = e.number_input("Session length (s)", value=d["session_s"], step=1.0,
-                               key="exp_session_s")
-    a, b, c, e = st.columns(4)
-    duration = a.number_input("Duration (s)", value=d["duration_s"], step=5.0, key="exp_duration")
-    pool = b.number_input("Pool blocks", value=d["pool_blocks"], step=32, key="exp_pool")
-    window = c.number_input("W (windowed runs)", value=128, step=32, key="exp_window")
-    sinks = e.number_input("S (windowed runs)", value=0, step=1, key="exp_sinks")
-    a, b = st.columns(2)
-    seed = a.number_input("Seed", value=0, step=1, key="exp_seed")
-    repeats = b.number_input("Repeats (collapse)", value=10, step=1, key="exp_repeats")
-    go = st.form_submit_button("Run experiment", key="exp_run", type="primary")
-    predict = st.form_submit_button(
-        f"Predict collapse first (twin, {FORECAST_SEEDS} seeds per policy)", key="exp_predict",
-        help="Runs these settings on the simulated twin over many seeds, unbounded and with "
-             "the window above, and says how often the pool stalls: no engine time used.")
-if go or predict:
+busy = host.state()["status"] in ACTIVE
+kind = st.radio("Experiment", experiments.KINDS, key="exp_kind", horizontal=True,
+                help="cliff vs slope: one seeded load, unbounded then windowed. collapse: "
+                     "that pair over n seeds. N* discovery: a ramp with AIMD admission.")
+engine = st.selectbox("Engine", ENGINES, index=ENGINES.index(d["engine"]),
+                      format_func=views.engine_label, key="exp_engine")
+cal = calibration.stored(store().cursor(), engine, MODEL)
+a, b, c = st.columns([3, 1, 1])
+if cal is None:
+    a.caption(f"{engine}/{MODEL} is not calibrated on this machine: the settings below are "
+              f"generic and may show no cliff here.")
+else:
+    a.caption(f"{cal.label()}: compute limit N_c = {cal.n_c} sessions "
+              f"(p95 ≤ {cal.target_ms:.0f} ms with W = {cal.window_tokens}), "
+              f"took {cal.seconds:.0f} s")
+    b.button("Use calibrated settings", key="exp_use_calibrated", on_click=use_calibrated,
+             args=(cal,), disabled=cal.n_c < 1)
+if c.button("Recalibrate" if cal else "Calibrate", key="exp_calibrate", disabled=busy):
     try:
-        base = RunConfig(engine=engine, load=d["load"], sessions=int(sessions),
-                         arrival_rate=float(rate), session_s=float(session_s),
-                         duration_s=float(duration), pool_blocks=int(pool), seed=int(seed))
-        if go:
-            configs = experiments.plan(kind, base, int(window), int(sinks), int(repeats))
-            host.start_series(configs, store().path, kind=kind)
-        else:
-            bar = st.progress(0.0, text="predicting on the twin")
-            pair = forecast_pair(base, int(window), int(sinks), FORECAST_SEEDS,
-                                 latest_cost_model(store()),
-                                 lambda f: bar.progress(f, text=f"predicting: {f:.0%}"))
-            bar.empty()
-            st.session_state["exp_forecast"] = [f.as_dict() for f in pair]
+        host.start_prepared(demo.recalibration(engine, MODEL), 0, store().path,
+                            kind="calibration")
+    except (ValueError, StoreError) as exc:
+        st.error(one_line(exc))
+
+initial = {"exp_load": d["load"], "exp_sessions": d["sessions"], "exp_duration": d["duration_s"],
+           "exp_pool": d["pool_blocks"], "exp_window": 128, "exp_sinks": 0, "exp_wait": 0.0}
+for key, value in initial.items():
+    st.session_state.setdefault(key, value)
+# A calibration the fields have not been filled from yet (new, or another engine's) fills them:
+# after the one-click demo the form shows the settings the demo ran with.
+stamp = None if cal is None else (engine, str(cal.calibrated_at))
+if cal is not None and cal.n_c >= 1 and st.session_state.get("_exp_filled_from") != stamp:
+    use_calibrated(cal)
+    st.session_state["_exp_filled_from"] = stamp
+
+a, b, c, e = st.columns(4)
+load = a.selectbox("Load", ("fixed", "poisson"), key="exp_load",
+                   help="fixed: every session from the start (a sharp cliff); poisson: "
+                        "arrivals at the rate, each for the session length")
+sessions = b.number_input("Sessions offered", step=1, key="exp_sessions")
+rate = c.number_input("Arrival rate (sessions/s)", value=d["arrival_rate"], step=0.5,
+                      key="exp_rate")
+session_s = e.number_input("Session length (s)", value=d["session_s"], step=1.0,
+                           key="exp_session_s")
+a, b, c, e = st.columns(4)
+duration = a.number_input("Duration (s)", step=5.0, key="exp_duration")
+pool = b.number_input("Pool blocks", step=32, key="exp_pool")
+window = c.number_input("W (windowed runs)", step=32, key="exp_window")
+sinks = e.number_input("S (windowed runs)", step=1, key="exp_sinks")
+a, b, c = st.columns(3)
+seed = a.number_input("Seed", value=0, step=1, key="exp_seed")
+repeats = b.number_input("Repeats (collapse)", value=10, step=1, key="exp_repeats")
+wait = c.number_input("Gateway wait (× budget, 0: none)", step=0.1, key="exp_wait",
+                      help="a gateway answers an empty frame after this share of the budget, "
+                           "and its dashboard counts it on time: the naive view's lie")
+
+
+def base_config() -> RunConfig:
+    poisson = load == "poisson" or kind == "N* discovery"
+    return RunConfig(engine=engine, model=MODEL, load="poisson" if poisson else "fixed",
+                     sessions=int(sessions), arrival_rate=float(rate) if poisson else None,
+                     session_s=float(session_s) if poisson else None,
+                     duration_s=float(duration), pool_blocks=int(pool), seed=int(seed),
+                     wait_budget=float(wait) or None)
+
+
+if kind != "N* discovery":
+    try:
+        for problem in demo.cliff_problems(base_config(), int(window), int(sinks),
+                                           None if cal is None else cal.n_c):
+            st.warning(f"No cliff to show: {problem}.")
+    except ValueError:
+        pass  # named when the experiment is run
+run_col, predict_col = st.columns([1, 3])
+if run_col.button("Run experiment", key="exp_run", type="primary", disabled=busy):
+    try:
+        configs = experiments.plan(kind, base_config(), int(window), int(sinks), int(repeats))
+        host.start_series(configs, store().path, kind=kind)
+    except (ValueError, StoreError) as exc:
+        st.error(one_line(exc))
+if predict_col.button(f"Predict collapse first (twin, {FORECAST_SEEDS} seeds per policy)",
+                      key="exp_predict",
+                      help="Runs these settings on the simulated twin over many seeds, "
+                           "unbounded and with the window above, and says how often the pool "
+                           "stalls: no engine time used."):
+    try:
+        bar = st.progress(0.0, text="predicting on the twin")
+        pair = forecast_pair(base_config(), int(window), int(sinks), FORECAST_SEEDS,
+                             latest_cost_model(store()),
+                             lambda f: bar.progress(f, text=f"predicting: {f:.0%}"))
+        bar.empty()
+        st.session_state["exp_forecast"] = [f.as_dict() for f in pair]
     except (ValueError, StoreError) as exc:
         st.error(one_line(exc))
 for forecast in st.session_state.get("exp_forecast", []):
@@ -73,12 +140,28 @@ for forecast in st.session_state.get("exp_forecast", []):
 def results() -> None:
     state = host.state()
     series = state["series"]
+    preparing = state["status"] == "preparing"
+    if st.session_state.get("_exp_preparing") and not preparing:
+        st.session_state["_exp_preparing"] = False
+        st.rerun(scope="app")  # a calibration just ended: the page pre-fills from it
+    st.session_state["_exp_preparing"] = preparing
+    if series is not None and series["kind"] == "calibration":
+        if state["status"] in ACTIVE and state["note"]:
+            st.progress(state["note"][0], text=state["note"][1])
+        elif state["error"]:
+            st.error(f"calibration failed: {state['error']}")
+        return
     if series is None or series["kind"] not in experiments.KINDS:  # e.g. a schedule's fire
         st.info("No experiment yet in this console: set one up above and run it.")
         return
-    if state["status"] in ACTIVE:
+    if state["status"] == "preparing":
+        fraction, text = state["note"] or (0.0, "calibrating")
+        st.progress(fraction, text=f"{series['kind']}: {text}")
+    elif state["status"] in ACTIVE:
         st.progress(series["progress"], text=f"{series['kind']}: run {series['index'] + 1} of "
                                              f"{series['total']} · {state['status']}")
+    elif state["status"] == "failed" and state["error"]:
+        st.error(state["error"])
     draw_results(store().cursor(), series["kind"], series["run_ids"])
 
 

@@ -4,9 +4,10 @@ gateway metrics beside the truthful ones."""
 
 import streamlit as st
 
-from app import views
-from app.console import LIVE, run_host, store
-from store import queries
+from app import demo, views
+from app.console import LIVE, PAGES, run_host, store
+from app.engine_host import ACTIVE, one_line
+from store import StoreError, queries
 
 REFRESH_S = 1.0
 PAST_RUNS = 200
@@ -16,6 +17,19 @@ runs = queries.runs(store().cursor(), PAST_RUNS).to_dict("records")
 labels = {r["run_id"]: views.run_label(r) for r in runs}
 if st.session_state.get("view_run") not in (LIVE, *labels):
     st.session_state["view_run"] = LIVE  # a run picked on the Runs page that is not listed yet
+if not runs and run_host().state()["status"] not in ACTIVE:
+    # An empty console: one click calibrates (when this machine has no calibration yet), runs
+    # the pair and lands on the comparison.
+    engine = demo.demo_engine()
+    if st.button(f"Run the cliff vs slope demo (calibrated for this machine, {engine})",
+                 key="demo_start", type="primary"):
+        try:
+            run_host().start_prepared(demo.preparation(engine), 2, store().path,
+                                      kind="cliff vs slope")
+        except (ValueError, StoreError) as exc:
+            st.error(one_line(exc))
+        else:
+            st.switch_page(str(PAGES / "experiments.py"))
 selected = st.selectbox("Run", [LIVE, *labels], key="view_run",
                         format_func=lambda run_id: labels.get(run_id, "current run (live)"))
 
@@ -28,7 +42,7 @@ def live(selected: str) -> None:
     if run_id is None:
         latest = queries.runs(cur, 1)
         if latest.empty:
-            st.info("No runs yet: start one on the Load page.")
+            st.info("No runs yet: start one on the Load page, or run the demo above.")
             return
         run_id = latest.run_id.iloc[0]
     is_current = run_id == state["run_id"]

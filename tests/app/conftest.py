@@ -12,6 +12,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from app.console import run_host
+from app.engine_host import ACTIVE
 from runtime import RunConfig
 from store import open_store
 
@@ -53,7 +54,7 @@ def charts_by_title(at: AppTest) -> dict[str, list[int]]:
 def wait_settled(timeout: float = RUN_TIMEOUT_S) -> dict:
     host = run_host()
     deadline = time.monotonic() + timeout
-    while host.state()["status"] in ("starting", "running", "stopping"):
+    while host.state()["status"] in ACTIVE:
         assert time.monotonic() < deadline, host.state()
         time.sleep(0.02)
     return host.state()

@@ -335,6 +335,7 @@ def test_live_page_marks_the_stall_and_names_the_live_change_in_the_header(db):
 def test_experiments_page_predicts_collapse_before_running(db, monkeypatch):
     monkeypatch.setenv("METRONOME_FORECAST_SEEDS", "12")
     at = page("experiments")
+    at.selectbox(key="exp_load").select("poisson")
     at.number_input(key="exp_sessions").set_value(20)
     at.number_input(key="exp_rate").set_value(1.0)
     at.number_input(key="exp_session_s").set_value(8.0)
@@ -343,6 +344,57 @@ def test_experiments_page_predicts_collapse_before_running(db, monkeypatch):
     at.button(key="exp_predict").click().run(timeout=120)
     assert not at.exception and not at.error
     said = [w.value for w in at.warning] + [s.value for s in at.success]
+    said = [t for t in said if t.startswith("Predicted (twin)")]
     assert any(t.startswith("Predicted (twin): unbounded: collapses in") for t in said), said
     assert any("window W=128 S=0: collapses in 0%" in t for t in said), said
     assert run_host().state()["run_id"] is None  # nothing ran on the engine
+
+
+# --- the one-click demo and calibration ----------------------------------------------------------
+def test_an_empty_console_runs_the_calibrated_demo_in_one_click(db, monkeypatch):
+    monkeypatch.setenv("METRONOME_DEMO_ENGINE", "twin")
+    at = page()
+    (button,) = [b for b in at.button if b.key == "demo_start"]
+    assert "Run the cliff vs slope demo (calibrated for this machine" in button.label
+    button.click().run()
+    assert not at.exception and not at.error
+    state = wait_settled()
+    assert state["status"] == "finished" and state["series"]["kind"] == "cliff vs slope"
+    open_store(db).writer.flush()
+    at = page("experiments")  # where the click lands
+    assert not at.exception and not at.error
+    assert "calibrated on" in " ".join(c.value for c in at.caption)
+    assert at.session_state["exp_load"] == "fixed"  # the form is pre-filled from it
+    story = at.success[0].value
+    assert story.startswith("Same ") and "went silent for every session" in story
+    assert "no silent frame" in story
+    captions = " ".join(c.value for c in at.caption)
+    assert "gateway answering after 0.5 × budget dashboard: 100.0% on time" in captions
+    assert {"exp_report_html", "exp_report_png"} <= {b.key for b in at.get("download_button")}
+    assert not at.warning  # the derived settings can show a cliff
+    # a run exists now: the Live page no longer offers the demo
+    assert "demo_start" not in [b.key for b in page().button]
+
+
+def test_experiments_page_names_settings_that_cannot_show_a_cliff(db):
+    at = page("experiments")  # the generic defaults, no calibration: Poisson 2/s of 6 s
+    assert any("No cliff to show: the pool never fills" in w.value for w in at.warning)
+    at.button(key="exp_calibrate").click().run()
+    assert wait_settled()["status"] == "finished"
+    at = page("experiments")
+    assert not at.warning  # pre-filled from the calibration
+    at.number_input(key="exp_sessions").set_value(200).run()
+    texts = " ".join(w.value for w in at.warning)
+    assert "over this machine's compute limit N_c" in texts
+
+
+def test_n_star_discovery_is_reported_against_the_compute_limit(db):
+    from app.calibration import calibrate
+
+    calibrate("twin", "tiny", open_store(db))
+    at = _run_experiment("N* discovery", exp_rate=8.0, exp_session_s=8.0, exp_duration=50.0,
+                         exp_pool=1024)
+    ratio = [m for m in at.metric if m.label.startswith("N* / N_c")][0]
+    n_star = int([m for m in at.metric if m.label.startswith("converged cap N*")][0].value)
+    assert "compute limit 37" in ratio.label
+    assert float(ratio.value) == pytest.approx(n_star / 37, abs=0.01)

@@ -114,3 +114,65 @@ def test_host_applies_live_changes_only_while_a_run_runs(tmp_path):
         time.sleep(0.01)
     host.close()
     assert host.state()["status"] == "aborted"
+
+
+# --- prepared series (the one-click demo: calibrate first, then the runs) ---------------------
+def _settled(host: RunHost) -> dict:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while host.state()["status"] in ("preparing", "starting", "running", "stopping"):
+        assert time.monotonic() < deadline, host.state()
+        time.sleep(0.01)
+    return host.state()
+
+
+def test_a_prepared_series_reports_its_preparation_then_runs_what_it_returned(tmp_path):
+    go = threading.Event()
+
+    def prepare(store, progress):
+        progress(0.5, "calibrating: half way")
+        go.wait(RUN_TIMEOUT_S)
+        return [RunConfig(engine="twin", sessions=2, duration_s=1.0),
+                RunConfig(engine="twin", sessions=3, duration_s=1.0)]
+
+    host = RunHost()
+    run_ids = host.start_prepared(prepare, 2, str(tmp_path / "h.duckdb"), kind="cliff vs slope")
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while host.state()["note"] is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    state = host.state()
+    assert state["status"] == "preparing" and state["note"] == (0.5, "calibrating: half way")
+    assert state["series"]["run_ids"] == run_ids and len(run_ids) == 2
+    go.set()
+    state = _settled(host)
+    assert state["status"] == "finished" and state["run_id"] == run_ids[1]
+
+
+def test_a_prepared_series_stopped_while_preparing_runs_nothing(tmp_path):
+    started = threading.Event()
+
+    def prepare(store, progress):
+        started.set()
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while time.monotonic() < deadline:
+            progress(0.1, "calibrating")  # raises once the host is stopped
+            time.sleep(0.01)
+        raise AssertionError("progress never raised")
+
+    host = RunHost()
+    host.start_prepared(prepare, 2, str(tmp_path / "h.duckdb"), kind="cliff vs slope")
+    assert started.wait(RUN_TIMEOUT_S)
+    host.stop()
+    assert _settled(host)["status"] == "aborted"
+
+
+def test_a_failed_preparation_is_one_line_and_a_count_mismatch_is_refused(tmp_path):
+    host = RunHost()
+    host.start_prepared(lambda store, progress: 1 / 0, 2, str(tmp_path / "h.duckdb"))
+    state = _settled(host)
+    assert state["status"] == "failed" and state["error"] == "division by zero"
+    host.start_prepared(lambda store, progress: [], 2, str(tmp_path / "h.duckdb"))
+    assert _settled(host)["error"] == "preparation gave 0 runs, not 2"
+    host.start_prepared(lambda store, progress: [], 0, str(tmp_path / "h.duckdb"),
+                        kind="calibration")
+    assert _settled(host)["status"] == "finished"

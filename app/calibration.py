@@ -1,0 +1,268 @@
+"""Calibration: how fast this machine's engine steps, and its compute limit N_c.
+
+N_c is the number of synchronised sessions at which frame p95 reaches the target (0.8 of the
+budget) with KV bounded to a window, so memory never limits it: only compute does. Found by
+short windowed runs of a fixed load (probes) on one engine: the first probe (2 sessions) gives
+steps to fit the twin's cost model on (engine.twin.fit_cost_model), the fit's analytic N_c is
+where the search starts, then it brackets and bisects on measured p95 until the bracket is
+within 10 % (at most MAX_PROBES probes). On vLLM here: one engine start (~20 s) plus ~7 probes
+of 3 s each, under a minute; on the twin, well under a second.
+
+Probe runs go to a private in-memory store, so they never appear among the operator's runs;
+only the calibration row is kept, per engine + model + machine (`store/calibrations.py`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import logging
+import math
+import os
+import platform
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.twin import CostModel, analytic_n_star, fit_cost_model
+from runtime import RunConfig, Runner, latest_cost_model, make_engine
+from store import Store, calibrations, queries
+
+logger = logging.getLogger(__name__)
+
+TARGET_FRACTION = 0.8  # of the budget: the same target N* discovery steers to by default
+MAX_PROBES = 7
+PROBE_S = {"vllm": 3.0, "twin": 6.0}  # long enough for ~35 frames per session
+FIRST_PROBE_SESSIONS = 2
+N_MAX = 128  # the calibration pool holds this many windowed sessions
+MAX_SILENT_RATE = 0.01  # a probe with more silent frames than this is over the limit
+# The frame and window every probe (and the demo) uses: the defaults of a run.
+FRAME = {"frame_ms": 80.0, "tokens_in": 16, "tokens_out": 4, "block_size": 32,
+         "window": 128, "sinks": 0}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    engine: str
+    model: str
+    machine: str
+    calibrated_at: dt.datetime
+    n_c: int  # the largest measured load whose p95 stayed within the target (0: not even 1)
+    n_c_estimate: int  # the cost model's analytic N_c, where the search started
+    target_ms: float
+    frame_ms: float
+    tokens_in: int
+    tokens_out: int
+    block_size: int
+    window_tokens: int
+    sink_tokens: int
+    a_ms: float
+    b_ms_per_token: float
+    c_ms_per_resident_token: float
+    r2: float
+    n_steps: int
+    probes: tuple  # ((sessions, p95 ms or None when censored, silent rate, within target), ...)
+    seconds: float  # how long the calibration took, engine start included
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.n_c <= N_MAX:
+            raise ValueError(f"N_c {self.n_c} must be in [0, {N_MAX}]")
+        if not 0 < self.target_ms <= self.frame_ms:
+            raise ValueError(f"target {self.target_ms} ms must be in (0, {self.frame_ms}] ms "
+                             "(the frame period)")
+
+    @property
+    def cost(self) -> CostModel:
+        return CostModel(self.a_ms, self.b_ms_per_token, self.c_ms_per_resident_token,
+                         source="calibration")
+
+    def label(self) -> str:
+        return (f"calibrated on {self.calibrated_at:%Y-%m-%d %H:%M} for "
+                f"{self.engine}/{self.model} on {self.machine}")
+
+    def as_row(self) -> dict:
+        row = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        row["probes"] = json.dumps([list(p) for p in self.probes])
+        return row
+
+    def as_dict(self) -> dict:
+        d = self.as_row()
+        d["calibrated_at"] = self.calibrated_at.isoformat(timespec="seconds")
+        d["probes"] = [list(p) for p in self.probes]
+        return d
+
+    @classmethod
+    def from_row(cls, row: dict) -> "Calibration":
+        d = {name: row[name] for name in cls.__dataclass_fields__}
+        d["probes"] = tuple(tuple(p) for p in json.loads(d["probes"]))
+        d["calibrated_at"] = d["calibrated_at"].to_pydatetime() \
+            if hasattr(d["calibrated_at"], "to_pydatetime") else d["calibrated_at"]
+        for name in ("n_c", "n_c_estimate", "tokens_in", "tokens_out", "block_size",
+                     "window_tokens", "sink_tokens", "n_steps"):
+            d[name] = int(d[name])
+        return cls(**d)
+
+
+@functools.lru_cache(maxsize=1)
+def host_machine() -> str:
+    """This machine in one line: host name, CPU model and cores, and the GPU when there is one."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    text = f"{platform.node()} · {cpu} · {os.cpu_count()} cores"
+    if shutil.which("nvidia-smi"):
+        try:
+            gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            gpu = ""
+        if gpu:
+            text += f" · {gpu.splitlines()[0]}"
+    return text
+
+
+def machine_key(engine: str, cur=None, cost: CostModel | None = None) -> str:
+    """What a calibration is valid for besides engine and model: the host for vLLM; for the
+    twin, its cost model (the newest fitted one in the store, or the default) — the twin's speed
+    is the model, not the host."""
+    if engine != "twin":
+        return host_machine()
+    row = queries.latest_twin_model(cur) if cost is None and cur is not None else None
+    if row is not None:
+        cost = CostModel(row["a_ms"], row["b_ms_per_token"], row["c_ms_per_resident_token"],
+                         source=str(row["source_run_id"]))
+    cost = cost or CostModel()
+    return (f"simulated · cost {cost.source} a={cost.a_ms:g} b={cost.b_ms_per_token:g} "
+            f"c={cost.c_ms_per_resident_token:g}")
+
+
+def stored(cur, engine: str, model: str) -> Calibration | None:
+    """The newest calibration of this engine and model for this machine (a store cursor)."""
+    row = calibrations.latest(cur, engine, model, machine_key(engine, cur))
+    return None if row is None else Calibration.from_row(row)
+
+
+def ensure(store, engine: str, model: str, progress=None, recalibrate: bool = False,
+           **kwargs) -> Calibration:
+    """The stored calibration for this engine, model and machine, or a new one (kept)."""
+    found = None if recalibrate else stored(store.cursor(), engine, model)
+    if found is not None:
+        logger.info("using the %s", found.label())
+        return found
+    return calibrate(engine, model, store, progress=progress, **kwargs)
+
+
+def calibrate(engine: str, model: str, store=None, *, engine_factory=None, progress=None,
+              probe_s: float | None = None, cost: CostModel | None = None) -> Calibration:
+    """Measure and (with a store) keep a calibration. `progress(fraction, text)` is called
+    after each probe (the console's progress bar; it may raise to abort). `engine_factory`
+    (config → Engine) and `cost` (the twin's cost model) are for tests and the twin."""
+    t0 = time.monotonic()
+    probe_s = probe_s or PROBE_S.get(engine, 3.0)
+    if not 0 < probe_s <= 60:
+        raise ValueError(f"probe length {probe_s} s must be in (0, 60]")
+    base = RunConfig(engine=engine, model=model, policy="window", window=FRAME["window"],
+                     sinks=FRAME["sinks"], block_size=FRAME["block_size"],
+                     pool_blocks=N_MAX * (FRAME["window"] // FRAME["block_size"] + 2),
+                     frame_ms=FRAME["frame_ms"], tokens_in=FRAME["tokens_in"],
+                     tokens_out=FRAME["tokens_out"], load="fixed", duration_s=probe_s)
+    target_ms = TARGET_FRACTION * base.budget
+    if engine_factory is None and engine == "twin" and cost is None and store is not None:
+        cost = latest_cost_model(store)
+    if engine_factory is None:
+        if engine == "twin" and cost is not None:
+            from engine.twin import TwinEngine
+            engine_factory = lambda config: TwinEngine(config.engine_config(), cost)  # noqa: E731
+        else:
+            engine_factory = make_engine
+    note = progress or (lambda fraction, text: None)
+    note(0.0, f"starting the {engine} engine")
+    eng = engine_factory(base)
+    probe_store = Store(":memory:")
+    probes: dict[int, tuple] = {}
+    steps: list[dict] = []
+    try:
+        def probe(n: int) -> bool:
+            s = Runner(_probe_config(base, n), eng, probe_store).run()
+            steps.extend(queries.steps(probe_store.cursor(), s["run_id"]))
+            p95 = None if s["p95_censored"] or s["p95_ms"] is None else float(s["p95_ms"])
+            silent = float(s["silent_rate"] or 0.0)
+            ok = s["status"] == "finished" and p95 is not None and p95 <= target_ms \
+                and silent <= MAX_SILENT_RATE
+            probes[n] = (n, p95, silent, ok)
+            logger.info("calibration probe: %d sessions, p95 %s ms, silent %.1f%% → %s", n,
+                        p95, 100 * silent, "within target" if ok else "over")
+            note(len(probes) / MAX_PROBES, f"calibrating: {n} sessions → p95 "
+                 + (f"{p95:.0f} ms" if p95 is not None else "> budget")
+                 + f" (target {target_ms:.0f} ms), probe {len(probes)} of ≤ {MAX_PROBES}")
+            return ok
+
+        probe(FIRST_PROBE_SESSIONS)
+        model_fit, _ = fit_cost_model(steps, source="calibration")
+        estimate = max(1, min(N_MAX, analytic_n_star(
+            model_fit, target_ms, base.tokens_in, base.tokens_out, base.window + base.sinks)))
+        lo, hi = _bracket(probes)
+        while len(probes) < MAX_PROBES:
+            n = _next_probe(lo, hi, estimate, probes)
+            if n is None:
+                break
+            probe(n)
+            lo, hi = _bracket(probes)
+    finally:
+        eng.shutdown()
+        probe_store.close()
+    cost_fit, facts = fit_cost_model(steps, source="calibration")
+    result = Calibration(
+        engine=engine, model=model,
+        machine=machine_key(engine, None if store is None else store.cursor(), cost),
+        calibrated_at=dt.datetime.now().replace(microsecond=0), n_c=lo,
+        n_c_estimate=estimate, target_ms=target_ms, frame_ms=base.frame_ms,
+        tokens_in=base.tokens_in, tokens_out=base.tokens_out, block_size=base.block_size,
+        window_tokens=base.window, sink_tokens=base.sinks, a_ms=cost_fit.a_ms,
+        b_ms_per_token=cost_fit.b_ms_per_token,
+        c_ms_per_resident_token=cost_fit.c_ms_per_resident_token, r2=facts["r2"],
+        n_steps=facts["n_steps"], probes=tuple(probes[n] for n in sorted(probes)),
+        seconds=round(time.monotonic() - t0, 3))
+    if store is not None:
+        calibrations.save(store, result.as_row())
+    note(1.0, f"calibrated: N_c = {result.n_c} sessions ({result.seconds:.0f} s)")
+    logger.info("%s: N_c %d (estimate %d) in %.1f s", result.label(), result.n_c, estimate,
+                result.seconds)
+    return result
+
+
+def _probe_config(base: RunConfig, sessions: int) -> RunConfig:
+    from dataclasses import replace
+
+    return replace(base, sessions=sessions)
+
+
+def _bracket(probes: dict[int, tuple]) -> tuple[int, int | None]:
+    """(largest load within target, smallest load over it above that; None: none yet)."""
+    lo = max((n for n, p in probes.items() if p[3]), default=0)
+    hi = min((n for n, p in probes.items() if not p[3] and n > lo), default=None)
+    return lo, hi
+
+
+def _next_probe(lo: int, hi: int | None, estimate: int, probes: dict) -> int | None:
+    """Up from the best load within target (to the estimate first, then ×1.5) until one is
+    over; then bisect until the bracket is within 10 % of lo. None: done."""
+    if hi is None:
+        if lo >= N_MAX:
+            return None
+        n = estimate if estimate > lo else math.ceil(lo * 1.5)
+        n = min(N_MAX, max(lo + 1, n))
+    else:
+        if hi - lo <= max(1, round(0.1 * lo)):
+            return None
+        n = (lo + hi) // 2 if lo else max(1, min(estimate, hi - 1) if estimate < hi
+                                          else hi // 2)
+    return None if n in probes else n

@@ -1,0 +1,17 @@
+"""Calibrations in the store: the newest one for an engine + model + machine."""
+
+from __future__ import annotations
+
+
+def latest(cur, engine: str, model: str, machine: str) -> dict | None:
+    """The newest calibration row for this engine, model and machine (None: never calibrated)."""
+    df = cur.execute(
+        "SELECT * FROM calibrations WHERE engine = ? AND model = ? AND machine = ? "
+        "ORDER BY calibrated_at DESC LIMIT 1", [engine, model, machine]).fetchdf()
+    return None if df.empty else df.iloc[0].to_dict()
+
+
+def save(store, row: dict) -> None:
+    """Queue the row on the store's writer and wait until it is in the file."""
+    store.writer.add("calibrations", row)
+    store.writer.flush()
