@@ -22,6 +22,14 @@ os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 from benchmarks.report import machine, write_section  # noqa: E402
 
 
+def _p95(summary: dict) -> str:
+    """The run's p95: a number, or "> budget (censored)" when its rank is among unanswered
+    frames (the summary's null with p95_censored)."""
+    if summary.get("p95_censored"):
+        return "> budget (censored)"
+    return f"{summary['p95_ms']} ms"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=["vllm", "twin"], default="vllm")
@@ -67,7 +75,7 @@ def main() -> None:
         ratio = None if n_star is None or not cal.n_c else n_star / cal.n_c
         print(f"N* discovery: {rate} sessions/s × {args.session_s:g} s, pool {pool}, "
               f"{args.nstar_duration:g} s: N* = {n_star}, N*/N_c = "
-              f"{'—' if ratio is None else f'{ratio:.2f}'}, p95 {summary['p95_ms']} ms, "
+              f"{'—' if ratio is None else f'{ratio:.2f}'}, p95 {_p95(summary)}, "
               f"silent {summary['silent_rate']}, rejected {summary['rejected']} "
               f"({nstar_s:.0f} s with the engine start)", flush=True)
     finally:
@@ -97,7 +105,7 @@ t_sat {settings.predicted_t_sat_s:.2f} s of an {settings.duration_s:g} s run.
 
 N* discovery (AIMD, windowed; {rate} sessions/s × {args.session_s:g} s ≈ {offered} offered at
 once, {args.nstar_duration:g} s): converged cap **N* = {n_star}**, **N*/N_c =
-{'—' if ratio is None else f'{ratio:.2f}'}** (p95 {summary['p95_ms']} ms, silent
+{'—' if ratio is None else f'{ratio:.2f}'}** (p95 {_p95(summary)}, silent
 {summary['silent_rate']}, {summary['rejected']} rejected). The machine was shared with other
 jobs (2 cores): N_c is what it served at that moment.
 """
