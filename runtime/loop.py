@@ -212,7 +212,7 @@ class Runner:
                                 new=str(change.value), reason=str(exc))
 
     def _push(self, t_rel: float, kind: str, payload) -> None:
-        # At equal times a tick comes first: it samples the state the previous frames left.
+        # Equal times are ordered by _ORDER: a due change, then the tick, then arrivals, frames.
         heapq.heappush(self._heap, (round(t_rel, 9), _ORDER[kind], next(self._seq), kind,
                                     payload))
 
