@@ -17,6 +17,7 @@ import uuid
 
 from runtime import RunConfig, Runner, make_engine
 from store import open_store
+from store.schedules import latest_drift
 
 logger = logging.getLogger(__name__)
 
@@ -292,6 +293,7 @@ class RunHost:
             observers = []
             if self._exporter is not None:
                 self._exporter.track_store(store.writer)
+                self._exporter.track_drift(lambda: latest_drift(store.cursor()))
                 self._exporter.run_started_for(run_id, config)
                 observers.append(self._exporter)
             self._runner = Runner(config, engine, store, run_id=run_id, observers=observers)

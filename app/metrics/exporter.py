@@ -43,6 +43,7 @@ class MetricsExporter(Collector):
         self._runs: OrderedDict[str, RunState] = OrderedDict()
         # Store writers whose lost rows are exported; weak so a closed store can go away.
         self._writers: weakref.WeakSet = weakref.WeakSet()
+        self._drift_reader = None  # see track_drift
 
     # --- from the run's side ------------------------------------------------------------------
     def run_started(self, run_id: str, engine: str, model: str, *, budget_ms: float | None = None,
@@ -96,6 +97,13 @@ class MetricsExporter(Collector):
                 if not state.active:
                     self._prune()
 
+    def track_drift(self, read) -> None:
+        """Export the scheduled canaries' drift at every scrape: `read()` returns
+        store.schedules.latest_drift rows (called from the scrape's thread: give it a reader
+        that opens its own cursor)."""
+        with self._lock:
+            self._drift_reader = read
+
     def track_store(self, writer) -> None:
         """Export the writer's lost and written rows (`health()`) at every scrape."""
         with self._lock:
@@ -115,17 +123,18 @@ class MetricsExporter(Collector):
     # --- from the scrape's side ---------------------------------------------------------------
     def describe(self):
         # Names only (no samples): lets a registry refuse a second collector of the same names.
-        return [f for f in self._families([], 0, 0)]
+        return [f for f in self._families([], 0, 0) + _drift_families(None)]
 
     def collect(self):
         with self._lock:
             snapshot = [_copy(s) for s in self._runs.values()]
             writers = list(self._writers)
+            read_drift = self._drift_reader
         # StoreWriter.health(): rows lost per table (and why), rows written.
         health = [w.health() for w in writers]
         lost = sum(sum(h["rows_lost"].values()) for h in health)
         written = sum(h["rows_written"] for h in health)
-        return self._families(snapshot, lost, written)
+        return self._families(snapshot, lost, written) + _drift_families(read_drift)
 
     def _families(self, runs: list[dict], rows_lost: int, rows_written: int) -> list:
         labels = list(RUN_LABELS)
@@ -185,6 +194,9 @@ class MetricsExporter(Collector):
                              "1 while this rank's pool is stalled.", ["rank"])
         rank_live = gauge("metronome_rank_sessions_live", "Sessions living on this rank.",
                           ["rank"])
+        causes = counter("metronome_silent_frames",
+                         "Silent frames by cause: memory (pool full), compute (room in the pool, "
+                         "steps too slow), guard (evicted), other (session error).", ["cause"])
         rank_silent = counter("metronome_rank_silent_frames",
                               "Silent frames of the sessions on this rank.", ["rank"])
         active = gauge("metronome_run_active", "1 while the run runs, 0 once it ended "
@@ -214,6 +226,8 @@ class MetricsExporter(Collector):
             for (setting, outcome), n in sorted(s["param_changes"].items()):
                 params.add_metric(key + [setting, outcome], n)
             stalls.add_metric(key, s["stalls"])
+            for cause, n in sorted(s["silent_causes"].items()):
+                causes.add_metric(key + [cause], n)
             for rank, n in sorted(s["rank_silent"].items()):
                 rank_silent.add_metric(key + [rank], n)
             rollovers.add_metric(key, s["rollovers"])
@@ -247,7 +261,33 @@ class MetricsExporter(Collector):
         return [latency, frames, censored, budget, occupancy, blocks, tsat, live, limit, waiting,
                 stalled, requests, decisions, evictions, closes, stalls, rollovers, params,
                 window, sinks, overrun, active, lost, written, rank_occupancy, rank_tsat,
-                rank_stalled, rank_live, rank_silent]
+                rank_stalled, rank_live, rank_silent, causes]
+
+
+def _drift_families(read) -> list:
+    """Scheduled canaries: per schedule, whether its last fire drifted past its threshold and
+    the relative change of N* and t_sat since the fire before."""
+    drifted = GaugeMetricFamily("metronome_schedule_drifted", "1 when the schedule's last fire "
+                                "moved N* or t_sat past its drift threshold.", labels=["schedule"])
+    n_star = GaugeMetricFamily("metronome_schedule_n_star_change_ratio", "Relative change of "
+                               "N* at the schedule's last fire (+0.25: 25 % up).",
+                               labels=["schedule"])
+    t_sat = GaugeMetricFamily("metronome_schedule_t_sat_change_ratio", "Relative change of "
+                              "t_sat at the schedule's last fire.", labels=["schedule"])
+    if read is not None:
+        try:
+            rows = read().to_dict("records")
+        except Exception:  # noqa: BLE001 - a scrape must not fail on the store
+            logger.exception("reading schedule drift for the metrics failed")
+            rows = []
+        for row in rows:
+            name = [str(row["name"])]
+            drifted.add_metric(name, 1.0 if row["drifted"] else 0.0)
+            for family, column in ((n_star, "n_star_change"), (t_sat, "t_sat_change")):
+                value = row.get(column)
+                if value is not None and value == value:  # NaN: not measured
+                    family.add_metric(name, float(value))
+    return [drifted, n_star, t_sat]
 
 
 def _copy(s: RunState) -> dict:
@@ -262,4 +302,4 @@ def _copy(s: RunState) -> dict:
             "rollovers": s.rollovers, "window_tokens": s.window_tokens,
             "sink_tokens": s.sink_tokens, "gauges": dict(s.gauges),
             "rank_gauges": {r: dict(g) for r, g in s.rank_gauges.items()},
-            "rank_silent": dict(s.rank_silent)}
+            "rank_silent": dict(s.rank_silent), "silent_causes": dict(s.silent_causes)}

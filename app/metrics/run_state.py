@@ -102,6 +102,7 @@ class RunState:
     # Data parallelism (rank_ticks rows): each rank's latest gauges and silent frames so far.
     rank_gauges: dict = field(default_factory=dict)  # rank → {occupancy, tsat_s, stalled, live}
     rank_silent: dict = field(default_factory=dict)  # rank → silent frames (cumulative)
+    silent_causes: dict = field(default_factory=dict)  # memory/compute/guard/other → frames
 
     @property
     def stalls(self) -> int:
@@ -119,6 +120,9 @@ class RunState:
     # --- rows ---------------------------------------------------------------------------------
     def on_frame(self, row: dict) -> None:
         self.frames[frame_outcome(row)] += 1
+        if row.get("silent") and row.get("silent_cause"):
+            cause = str(row["silent_cause"])
+            self.silent_causes[cause] = self.silent_causes.get(cause, 0) + 1
         if row.get("rank") is not None and row.get("silent"):
             rank = str(row["rank"])
             self.rank_silent[rank] = self.rank_silent.get(rank, 0) + 1

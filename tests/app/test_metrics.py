@@ -327,3 +327,27 @@ def test_a_bad_metrics_port_setting_is_named_and_the_console_runs_without(monkey
                                      "[1, 65535], or 0 (off)")
     monkeypatch.setenv("METRONOME_METRICS_PORT", "0")
     assert RunHost().metrics_endpoint is None
+
+
+def test_silent_frames_are_exported_by_cause_and_schedule_drift_by_schedule(store):
+    import pandas as pd
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    exporter = MetricsExporter()
+    registry.register(exporter)
+    cfg = RunConfig(policy="unbounded", **LOAD)
+    s = Runner(cfg, TwinEngine(cfg.engine_config(), CostModel()), store,
+               observers=[exporter]).run()
+    drift = pd.DataFrame([{"name": "nightly canary", "drifted": True, "n_star_change": -0.3,
+                           "t_sat_change": float("nan")}])
+    exporter.track_drift(lambda: drift)
+    families = _families(generate_latest(registry).decode())
+    causes = {x.labels["cause"]: x.value
+              for x in _samples(families["metronome_silent_frames"], s["run_id"])}
+    assert causes == {"memory": s["silent_memory_frames"]} and causes["memory"] > 0
+    drifted = families["metronome_schedule_drifted"].samples
+    assert [(x.labels["schedule"], x.value) for x in drifted] == [("nightly canary", 1.0)]
+    change = families["metronome_schedule_n_star_change_ratio"].samples
+    assert [x.value for x in change] == [-0.3]
+    assert families["metronome_schedule_t_sat_change_ratio"].samples == []  # not measured
