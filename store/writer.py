@@ -84,7 +84,10 @@ class StoreWriter:
             raise RuntimeError("the store is closed")
         box: dict = {}
         done = threading.Event()
-        self._queue.put(("call", fn, (box, done)), timeout=timeout)
+        try:
+            self._queue.put(("call", fn, (box, done)), timeout=timeout)
+        except queue.Full:
+            raise TimeoutError(f"store writer queue stayed full for {timeout} s") from None
         if not done.wait(timeout):
             raise TimeoutError(f"store writer did not run the call within {timeout} s")
         if "error" in box:
@@ -95,7 +98,10 @@ class StoreWriter:
         """Block until everything queued so far is on disk (or counted lost). Returns the rows
         lost so far (all tables); raises TimeoutError when the writer does not get there."""
         done = threading.Event()
-        self._queue.put(("flush", done, None), timeout=timeout)
+        try:
+            self._queue.put(("flush", done, None), timeout=timeout)
+        except queue.Full:
+            raise TimeoutError(f"store writer queue stayed full for {timeout} s") from None
         if not done.wait(timeout):
             raise TimeoutError(f"store writer did not flush within {timeout} s")
         return self.lost_total
