@@ -5,7 +5,7 @@ Threads: the engine's asyncio loop runs in its own thread ("metronome-vllm"); th
 results flow back through FrameHandle objects stamped with `perf_counter` times.
 
 Pool stats come from a `StatLoggerBase` that vLLM calls once per engine step (the stats classes
-are not a stable API, so `_PoolProbe` is the only place that reads them).
+are not a stable API, so engine/vllm_stats.py is the only place that reads them).
 """
 
 from __future__ import annotations
@@ -21,24 +21,18 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from engine import vllm_args
 from engine.config import EngineConfig, dp_ranks
 from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats, check_frame
 from engine.models import model_info, resolve_model
 from engine.sinks import apply_env, sink_env
-from engine.sinks.support import CUDA_BACKEND, backend_refusal, refusals_surface
+from engine.sinks.support import refusals_surface
+from engine.vllm_args import cuda_available
+from engine.vllm_stats import PoolProbe, stat_logger_class
 
 logger = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 600.0
-
-
-def cuda_available() -> bool:
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001 - any import problem means "no CUDA"
-        return False
 
 
 @dataclass
@@ -48,107 +42,6 @@ class _Session:
     rank: int | None = None  # data-parallel rank it is pinned to (None: vLLM's balancer)
     pending: deque = field(default_factory=deque)  # FrameHandles whose chunk vLLM has
     task: asyncio.Task | None = None
-
-
-@dataclass
-class _RankSample:
-    """One data-parallel engine's latest scheduler sample (vLLM's engine_idx)."""
-
-    usage: float = 0.0
-    running: int = 0
-    waiting: int = 0
-    last_t: float | None = None  # perf_counter of its last step
-    last_running: int = 0
-
-
-class _PoolProbe:
-    """Latest scheduler sample of each data-parallel engine (vLLM's stat loggers are called
-    with an engine_idx), plus per-step records for the twin fit."""
-
-    def __init__(self, ranks: int = 1) -> None:
-        self.lock = threading.Lock()
-        self.ranks = [_RankSample() for _ in range(ranks)]
-        self.steps: list[dict] = []
-        # vLLM's IterationStats does not count the prompt tokens of streaming chunks, so the
-        # backend counts what it hands over and the next step is charged with it.
-        self.pending_prompt_tokens = 0
-        self._first_handover: float | None = None  # first chunk handed to an idle engine
-
-    # The single-engine view (rank 0), as read before data parallelism.
-    @property
-    def usage(self) -> float:
-        return self.ranks[0].usage
-
-    @property
-    def running(self) -> int:
-        return self.ranks[0].running
-
-    @property
-    def waiting(self) -> int:
-        return self.ranks[0].waiting
-
-    def samples(self) -> list[tuple[float, int, int]]:
-        """(usage, running, waiting) per rank, in rank order."""
-        with self.lock:
-            return [(r.usage, r.running, r.waiting) for r in self.ranks]
-
-    def note_handover(self, n_tokens: int) -> None:
-        # Which engine gets a chunk is vLLM's business when unpinned: the prompt tokens are
-        # charged to the next step any engine reports (exact with one engine).
-        with self.lock:
-            self.pending_prompt_tokens += n_tokens
-            if all(r.last_running == 0 for r in self.ranks) and self._first_handover is None:
-                self._first_handover = time.perf_counter()
-
-    def record(self, scheduler_stats, iteration_stats, engine_idx: int = 0) -> None:
-        now = time.perf_counter()
-        with self.lock:
-            if not 0 <= engine_idx < len(self.ranks):
-                logger.warning("stats from engine %s; expected %d engine(s)", engine_idx,
-                               len(self.ranks))
-                return
-            rank = self.ranks[engine_idx]
-            if scheduler_stats is not None:
-                rank.usage = float(getattr(scheduler_stats, "kv_cache_usage", 0.0))
-                rank.running = int(getattr(scheduler_stats, "num_running_reqs", 0))
-                rank.waiting = int(getattr(scheduler_stats, "num_waiting_reqs", 0))
-            if iteration_stats is not None:
-                prompt = max(int(getattr(iteration_stats, "num_prompt_tokens", 0)),
-                             self.pending_prompt_tokens)
-                self.pending_prompt_tokens = 0
-                gen = int(getattr(iteration_stats, "num_generation_tokens", 0))
-                # A step's duration: the gap to the previous step while the engine was busy
-                # back to back, else the time since work was handed to the idle engine.
-                if rank.last_t is not None and rank.last_running > 0:
-                    start = rank.last_t
-                else:
-                    start = self._first_handover
-                self._first_handover = None
-                if start is not None:
-                    self.steps.append({
-                        "t": now, "step_ms": (now - start) * 1e3,
-                        "prompt_tokens": prompt, "gen_tokens": gen,
-                        "usage": rank.usage, "running": rank.running, "rank": engine_idx})
-                    if len(self.steps) > 100_000:  # bounded: the runtime drains it every tick
-                        del self.steps[:50_000]
-            rank.last_t = now
-            rank.last_running = rank.running
-
-
-def _make_stat_logger_factory(probe: _PoolProbe):
-    from vllm.v1.metrics.loggers import StatLoggerBase
-
-    class MetronomeStatLogger(StatLoggerBase):
-        def __init__(self, vllm_config, engine_index: int = 0):
-            self.engine_index = engine_index
-
-        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
-            probe.record(scheduler_stats, iteration_stats, engine_idx)
-
-        def log_engine_initialized(self):
-            pass
-
-    return MetronomeStatLogger
 
 
 class VLLMEngine(Engine):
@@ -161,9 +54,9 @@ class VLLMEngine(Engine):
         self.model_path = resolve_model(config.model, config.seed)
         info = model_info(self.model_path)
         self._vocab_size = int(info["vocab_size"])
-        self.max_model_len = self._derive_max_model_len(info)
+        self.max_model_len = vllm_args.derive_max_model_len(config, info)
         self._ranks = dp_ranks(config)  # each data-parallel engine has pool_blocks
-        self._probe = _PoolProbe(self._ranks)
+        self._probe = PoolProbe(self._ranks)
         self._sessions: dict[int, _Session] = {}
         self._error: str | None = None
         self._llm = None
@@ -179,60 +72,10 @@ class VLLMEngine(Engine):
             raise self._startup_error
 
     # --- set-up -------------------------------------------------------------------------------
-    def _derive_max_model_len(self, info: dict) -> int:
-        cfg = self.config
-        model_max = int(info.get("max_position_embeddings") or 2048)
-        if cfg.max_model_len is not None:
-            return min(cfg.max_model_len, model_max)
-        if cfg.policy.kind == "unbounded":
-            # Full attention: vLLM refuses a pool smaller than max_model_len (two blocks spare
-            # for the null block and rounding).
-            return max(cfg.block_size, min(model_max, (cfg.pool_blocks - 2) * cfg.block_size))
-        return model_max
-
     def engine_args(self) -> dict:
-        cfg = self.config
-        on_cpu = not cuda_available()
-        args: dict = {
-            "model": str(self.model_path),
-            "block_size": cfg.block_size,
-            "num_gpu_blocks_override": cfg.pool_blocks,
-            "max_model_len": self.max_model_len,
-            "enable_prefix_caching": False,  # sessions never share prefixes; keep accounting exact
-            "max_num_seqs": 256,  # paused streaming sessions count against this
-            "seed": cfg.seed,
-        }
-        if on_cpu:
-            # The CPU backend reserves this fraction of node memory up front; the pool itself is
-            # fixed by num_gpu_blocks_override, so keep the reservation small.
-            args.update(enforce_eager=True, gpu_memory_utilization=0.3)
-        if cfg.policy.kind == "window":
-            # vLLM sizes a windowed request as window (+ sink blocks) + one step's batch of
-            # tokens; keep that inside the pool so a small pool is accepted (the whole point of
-            # windowing). Small steps also chunk prefills, which keeps the per-session bound hard.
-            pool_tokens = cfg.pool_blocks * cfg.block_size
-            sink_tokens = -(-cfg.policy.sink_tokens // cfg.block_size) * cfg.block_size
-            spare = pool_tokens - cfg.policy.window_tokens - sink_tokens - cfg.block_size
-            # (x2: vLLM reserves for two in-flight batches; /3 leaves slack for the null block).
-            step_tokens = spare // 3 // cfg.block_size * cfg.block_size
-            args["max_num_batched_tokens"] = max(256, min(2048, step_tokens))
-            if not on_cpu:
-                # Full-attention layers; engine.sinks frees and hides the gap blocks (enabled
-                # through the environment, see _start). FULL CUDA graphs would replay
-                # attention from buffers its compacted metadata bypasses, and FlashAttention
-                # is the CUDA backend whose metadata it compacts.
-                args["compilation_config"] = {"cudagraph_mode": "PIECEWISE"}
-                args["attention_backend"] = CUDA_BACKEND
-        ranks = dp_ranks(cfg)  # from the config alone: engine_args needs no started engine
-        if ranks > 1:
-            args["data_parallel_size"] = ranks  # num_gpu_blocks_override is per engine
-        for key, value in cfg.vllm_args:
-            args[key] = value
-        if cfg.policy.kind == "window" and not on_cpu:
-            refusal = backend_refusal(args)
-            if refusal:
-                raise ValueError(refusal)
-        return args
+        """vLLM's engine arguments for this config (engine/vllm_args.py)."""
+        return vllm_args.engine_args(self.config, str(self.model_path), self.max_model_len,
+                                     on_cpu=not cuda_available())
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -280,7 +123,7 @@ class VLLMEngine(Engine):
         engine_args = AsyncEngineArgs(**args)
         with surface:
             self._llm = AsyncLLM.from_engine_args(
-                engine_args, stat_loggers=[_make_stat_logger_factory(self._probe)])
+                engine_args, stat_loggers=[stat_logger_class(self._probe)])
         logger.info("vLLM ready: %s", {k: v for k, v in args.items() if k != "hf_overrides"})
 
     # --- live KV policy -----------------------------------------------------------------------
@@ -303,16 +146,7 @@ class VLLMEngine(Engine):
             return (f"the vLLM engine started {self.config.policy.kind}; switching to "
                     f"{policy.kind} needs a new run (W and S of a windowed run move live)")
         if policy.kind == "window":
-            # One session's blocks with a whole step of new tokens in flight (what vLLM
-            # reserves per request) must fit the pool, or no session could ever be scheduled.
-            cfg = self.config
-            step = self._step_tokens
-            need = policy.blocks_per_session(cfg.block_size) + -(-step // cfg.block_size)
-            if need > cfg.pool_blocks - 1:
-                return (f"W={policy.window_tokens} S={policy.sink_tokens} needs up to {need} "
-                        f"blocks for one session (window + sinks + a {step}-token step); the "
-                        f"pool has {cfg.pool_blocks - 1}: allowed W + S up to about "
-                        f"{(cfg.pool_blocks - 3) * cfg.block_size - step} tokens")
+            return vllm_args.window_fit_refusal(self.config, policy, self._step_tokens)
         return None
 
     def set_policy(self, policy: KVPolicy) -> bool:
@@ -417,19 +251,10 @@ class VLLMEngine(Engine):
                 item[1].finish(now, "closed")
 
     def pool_ranks(self) -> list[PoolStats]:
-        now = time.perf_counter()
-        total = self.config.pool_blocks
         sessions = list(self._sessions.values())
-        pools = []
-        for rank, (usage, running, waiting) in enumerate(self._probe.samples()):
-            if not sessions:
-                # No request holds blocks (prefix caching is off), but vLLM reports usage only
-                # when it steps: without this a new run would start from the last run's pool.
-                usage, running, waiting = 0.0, 0, 0
-            paused = sum(1 for s in sessions if not s.pending
-                         and (s.rank == rank or self._ranks == 1))
-            pools.append(PoolStats(now, round(usage * total), total, running, waiting, paused))
-        return pools
+        paused = [sum(1 for s in sessions if not s.pending and (s.rank == rank or self._ranks == 1))
+                  for rank in range(self._ranks)]
+        return self._probe.pools(self.config.pool_blocks, paused, idle=not sessions)
 
     def pool(self) -> PoolStats:
         pools = self.pool_ranks()
@@ -440,14 +265,7 @@ class VLLMEngine(Engine):
                          sum(p.waiting for p in pools), paused)
 
     def drain_step_stats(self) -> list[dict]:
-        probe = self._probe
-        with probe.lock:
-            steps, probe.steps = probe.steps, []
-        total, bs = self.config.pool_blocks, self.config.block_size
-        return [{"t": s["t"], "step_ms": s["step_ms"], "prompt_tokens": s["prompt_tokens"],
-                 "gen_tokens": s["gen_tokens"], "used_blocks": round(s["usage"] * total),
-                 "resident_tokens": round(s["usage"] * total) * bs, "running": s["running"]}
-                for s in steps]
+        return self._probe.drain(self.config.pool_blocks, self.config.block_size)
 
     def error(self) -> str | None:
         return self._error

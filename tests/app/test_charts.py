@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import charts
+from app import chart_marks, charts
 
 
 @pytest.mark.parametrize("build", [
@@ -57,7 +57,7 @@ def test_a_censored_percentile_goes_into_the_missed_band_not_onto_the_budget():
     assert all(r["value"] == "> budget (censored)" for r in censored)
     assert all(0.9 * top < r["shown"] <= top for r in censored)  # in the band, above budget
     band = next(d for d in spec["datasets"].values() if d and "lo" in d[0])
-    assert band[0]["label"] == charts.MISSED_LABEL and band[0]["lo"] > 80.0
+    assert band[0]["label"] == chart_marks.MISSED_LABEL and band[0]["lo"] > 80.0
 
 
 def test_time_charts_mark_stalls_changes_and_the_tsat_prediction():

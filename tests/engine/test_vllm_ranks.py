@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from engine.config import EngineConfig
-from engine.vllm_backend import VLLMEngine, _PoolProbe, _Session
+from engine.vllm_backend import VLLMEngine, _Session
+from engine.vllm_stats import PoolProbe
 
 
 def _sched(usage, running, waiting):
@@ -24,7 +25,7 @@ def _engine(probe, sessions):
 
 
 def test_two_engines_stats_come_out_as_two_pools():
-    probe = _PoolProbe(ranks=2)
+    probe = PoolProbe(ranks=2)
     probe.record(_sched(1.0, 0, 3), None, engine_idx=0)  # rank 0 full, everything waits
     probe.record(_sched(0.1, 2, 0), None, engine_idx=1)
     busy, paused = _Session(1, None, rank=0), _Session(2, None, rank=1)
@@ -40,7 +41,7 @@ def test_two_engines_stats_come_out_as_two_pools():
 
 
 def test_step_records_are_timed_per_engine_and_a_stray_index_is_ignored():
-    probe = _PoolProbe(ranks=2)
+    probe = PoolProbe(ranks=2)
     it = SimpleNamespace(num_prompt_tokens=0, num_generation_tokens=1)
     probe.note_handover(16)
     for idx in (0, 1, 0, 1):
@@ -53,16 +54,16 @@ def test_step_records_are_timed_per_engine_and_a_stray_index_is_ignored():
 
 def test_the_stat_logger_forwards_the_engine_index():
     pytest.importorskip("vllm")
-    from engine.vllm_backend import _make_stat_logger_factory
+    from engine.vllm_stats import stat_logger_class
 
-    probe = _PoolProbe(ranks=2)
-    logger = _make_stat_logger_factory(probe)(None, engine_index=1)
+    probe = PoolProbe(ranks=2)
+    logger = stat_logger_class(probe)(None, engine_index=1)
     logger.record(_sched(0.7, 1, 0), None, engine_idx=1)
     assert [u for u, _, _ in probe.samples()] == [0.0, 0.7]
 
 
 def test_a_pinned_rank_outside_the_engines_is_refused():
-    eng = _engine(_PoolProbe(ranks=2), {})
+    eng = _engine(PoolProbe(ranks=2), {})
     eng._loop, eng._lock = None, threading.Lock()
     with pytest.raises(ValueError, match=r"rank 2 is not one of this engine's ranks \[0, 1\]"):
         eng.open(7, rank=2)

@@ -1,0 +1,158 @@
+"""`metronome runs`, `report`, `quality`, `scheduler`, `schedule`, `archive` and `build-model`:
+the commands that read or maintain the store and the model cache."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+
+from app.cli_run import EXIT_FAILED, stdout_for_json
+
+
+def _cmd_runs(args) -> int:
+    from store import open_store
+    from store.queries import runs
+
+    store = open_store(args.db)
+    try:
+        df = runs(store.cursor(), args.limit)
+    finally:
+        store.close()
+    print(df.drop(columns=["summary"]).to_string(index=False) if not df.empty else "no runs")
+    return 0
+
+
+def _cmd_report(args) -> int:
+    from app import report
+    from store import open_store
+
+    store = open_store(args.db)
+    try:
+        path = report.write(store.cursor(), args.run_ids, args.out)
+    finally:
+        store.close()
+    print(path)
+    return 0
+
+
+def _cmd_quality(args) -> int:
+    from engine.quality import QualitySettings, measure
+
+    settings = QualitySettings(  # validates everything before the model loads
+        model=args.model, window_tokens=args.window, sink_tokens=args.sinks,
+        n_tokens=args.tokens, block_size=args.block_size, granularity=args.granularity,
+        text_path=args.text)
+    out = stdout_for_json()
+    result = measure(settings)
+    text = (json.dumps(result) if args.json
+            else "\n".join(f"{k:>22}: {v}" for k, v in result.items()))
+    out.write(text + "\n")
+    out.flush()
+    return 0
+
+
+def _cmd_scheduler(args) -> int:
+    import threading
+
+    from app.engine_host import RunHost
+    from app.scheduler import SchedulerService
+    from store import open_store
+
+    store = open_store(args.db)
+    host = RunHost()
+    service = SchedulerService(host, store.path).start()
+    done = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: done.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for schedule_id, at in sorted(service.next_fire_times().items()):
+            logging.getLogger(__name__).info("schedule %s: next fire %s", schedule_id,
+                                             "paused" if at is None else f"{at:%Y-%m-%d %H:%M:%S}")
+        done.wait(args.for_s)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        service.shutdown()
+        host.close()
+        store.close()
+    return 0
+
+
+def _cmd_schedule(args) -> int:
+    from app import scheduler
+    from app.schedules import ScheduleSpec
+    from store import open_store
+    from store import schedules as table
+
+    store = open_store(args.db)
+    try:
+        if args.action == "add":
+            try:
+                settings = json.loads(args.settings)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"settings {args.settings!r} is not JSON: {exc.msg}") from None
+            params = ({"older_than_days": args.older_than_days} if args.kind == "retention"
+                      else {"settings": settings, "window": args.window, "sinks": args.sinks,
+                            "repeats": args.repeats})
+            spec = ScheduleSpec(
+                name=args.name, kind=args.kind, trigger="cron" if args.cron else "interval",
+                every_s=args.every, cron=args.cron, params=params,
+                misfire_grace_s=args.misfire_grace, busy_wait_s=args.busy_wait,
+                drift_threshold=args.drift_threshold)
+            print(scheduler.add_schedule(store, spec, paused=args.paused))
+        elif args.action == "list":
+            rows = table.schedules(store.cursor())
+            drift = table.latest_drift(store.cursor()).set_index("schedule_id")
+            for row in rows:
+                spec = ScheduleSpec.from_row(row)
+                last = drift.loc[row["schedule_id"]] if row["schedule_id"] in drift.index \
+                    else None
+                note = "" if last is None else (
+                    f"  last fire: N* {_shown(last.n_star, '.0f')} t_sat "
+                    f"{_shown(last.t_sat_s, '.2f')} s"
+                    + (f"  DRIFT: {last.drift_note}" if last.drifted else ""))
+                print(f"{row['schedule_id']}  {'paused ' if row['paused'] else ''}"
+                      f"{spec.name} · {spec.kind} · {spec.trigger_text()}{note}")
+            if not rows:
+                print("no schedules")
+        else:
+            scheduler.existing(store.cursor(), args.schedule_id)
+            if args.action == "remove":
+                table.delete_schedule(store, args.schedule_id)
+            else:
+                table.set_paused(store, args.schedule_id, args.action == "pause")
+            print(f"{args.schedule_id} {args.action}d")
+    finally:
+        store.close()
+    return 0
+
+
+def _shown(value, fmt: str) -> str:
+    import math
+
+    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else format(value, fmt)
+
+
+def _cmd_archive(args) -> int:
+    from store import archive, open_store
+
+    store = open_store(args.db)
+    try:
+        results = archive.archive_older_than(store, args.older_than_days * 86400.0)
+    finally:
+        store.close()
+    for r in results:
+        print(f"{r.run_id}  {r.status}  " + (r.path or r.reason or ""))
+    if not results:
+        print("no runs that old")
+    return 0 if all(r.status == "archived" for r in results) else EXIT_FAILED
+
+
+def _cmd_build(args) -> int:
+    from engine.models import build_smollm2, build_tiny
+
+    path = build_tiny(args.seed) if args.name == "tiny" else build_smollm2()
+    print(path)
+    return 0
