@@ -133,6 +133,9 @@ class Engine(ABC):
     # How far the wall clock ran past the engine clock at the last sleep (a paced simulation
     # that cannot keep up); 0 for real engines, whose clock is the wall clock.
     wall_lag_s: float = 0.0
+    # The floating-point type the model runs in and why (engine/dtype.py); None: simulated.
+    dtype: str | None = None
+    dtype_reason: str | None = None
 
     @abstractmethod
     def now(self) -> float:

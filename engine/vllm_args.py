@@ -29,12 +29,15 @@ def derive_max_model_len(cfg: EngineConfig, info: dict) -> int:
     return model_max
 
 
-def engine_args(cfg: EngineConfig, model_path: str, max_model_len: int, on_cpu: bool) -> dict:
-    """vLLM's engine arguments for a config: an exact pool, no prefix caching, a step size
-    that keeps a windowed session inside a small pool, the CUDA backend sinks compact, the
-    operator's --vllm-arg last. A sinks run with an unsupported backend is a ValueError."""
+def engine_args(cfg: EngineConfig, model_path: str, max_model_len: int, on_cpu: bool,
+                dtype: str = "auto") -> dict:
+    """vLLM's engine arguments for a config: an exact pool, no prefix caching, the dtype this
+    machine computes fastest (engine/dtype.py), a step size that keeps a windowed session inside
+    a small pool, the CUDA backend sinks compact, the operator's --vllm-arg last. A sinks run
+    with an unsupported backend is a ValueError."""
     args: dict = {
         "model": model_path,
+        "dtype": dtype,
         "block_size": cfg.block_size,
         "num_gpu_blocks_override": cfg.pool_blocks,
         "max_model_len": max_model_len,

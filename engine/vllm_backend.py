@@ -21,6 +21,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from engine import dtype as dtypes
 from engine import vllm_args
 from engine.config import EngineConfig, dp_ranks
 from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats, check_frame
@@ -56,6 +57,10 @@ class VLLMEngine(Engine):
         self._vocab_size = int(info["vocab_size"])
         self.max_model_len = vllm_args.derive_max_model_len(config, info)
         self._ranks = dp_ranks(config)  # each data-parallel engine has pool_blocks
+        override = dict(config.vllm_args).get("dtype")
+        choice = dtypes.for_host(None if override is None else str(override))
+        self.dtype, self.dtype_reason = choice.dtype, choice.reason
+        logger.info("vLLM dtype %s", choice.reason)
         self._probe = PoolProbe(self._ranks)
         self._sessions: dict[int, _Session] = {}
         self._error: str | None = None
@@ -75,7 +80,7 @@ class VLLMEngine(Engine):
     def engine_args(self) -> dict:
         """vLLM's engine arguments for this config (engine/vllm_args.py)."""
         return vllm_args.engine_args(self.config, str(self.model_path), self.max_model_len,
-                                     on_cpu=not cuda_available())
+                                     on_cpu=not cuda_available(), dtype=self.dtype)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)

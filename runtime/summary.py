@@ -34,7 +34,8 @@ def settings_row(run_id: str, cfg: RunConfig, engine: Engine) -> dict:
         "arrival_rate": cfg.arrival_rate, "session_s": cfg.session_s,
         "duration_s": cfg.duration_s, "admission": cfg.admission, "target": cfg.target,
         "stall_guard": on_off(cfg.stall_guard), "memory_guard": on_off(cfg.memory_guard),
-        "seed": cfg.seed, "settings": json.dumps(cfg.as_dict(), default=str), "summary": None}
+        "seed": cfg.seed, "dtype": engine.dtype, "dtype_reason": engine.dtype_reason,
+        "settings": json.dumps(cfg.as_dict(), default=str), "summary": None}
 
 
 def write_run_start(recorder: Recorder, engine: Engine) -> None:
@@ -85,6 +86,7 @@ def summarise(recorder: Recorder, cursor, engine: Engine, *, status: str, reason
     return {
         "run_id": run_id, "status": status, "reason": reason,
         "engine": cfg.engine, "simulated": bool(engine.simulated), "model": cfg.model,
+        "dtype": engine.dtype, "dtype_reason": engine.dtype_reason,
         # The KV settings in force at the end; `changes` says how they got there.
         "policy": settings["policy"], "window": settings["window"], "sinks": settings["sinks"],
         "block_size": cfg.block_size, "pool_blocks": cfg.pool_blocks,

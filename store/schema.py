@@ -223,6 +223,9 @@ CREATE TABLE IF NOT EXISTS rank_ticks (
     rho_slope_per_s DOUBLE
 );
 CREATE INDEX IF NOT EXISTS rank_ticks_run ON rank_ticks (run_id);
+-- The floating-point type the model ran in and why (engine/dtype.py); NULL: simulated.
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS dtype VARCHAR;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS dtype_reason VARCHAR;
 """
 
 TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models", "settings_history",
