@@ -30,3 +30,14 @@ def store(tmp_path):
         """).df().query("claimed != stored and lost == 0")
     s.close()
     assert mismatched.empty, mismatched.to_dict("records")
+
+
+@pytest.fixture(scope="session")
+def vllm_machine():
+    """This machine's vLLM speed, measured once per test session (tests/vllm_machine.py); the
+    vLLM tests derive their frame period from it. Printed so a CI log says what it measured."""
+    from tests.vllm_machine import measure
+
+    machine = measure()
+    print(f"\nvLLM on this machine: N_c {machine.describe()} ({machine.cal.seconds:.0f} s)")
+    return machine

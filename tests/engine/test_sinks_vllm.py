@@ -219,15 +219,19 @@ def test_prompt_logprobs_through_a_live_change_match_the_reference(live_logprobs
 
 # --- through the runtime: streaming sessions on AsyncLLM ----------------------------------------
 
+# 160 ms frames, or the shortest longer period at which this machine serves 8 sessions at half
+# its N_c (tests/vllm_machine.py), for the same number of frames.
 LOAD = dict(engine="vllm", model="tiny", pool_blocks=64, sessions=8, frame_ms=160.0,
             duration_s=6.0, policy="window", window=128, sinks=32)
 
 
 @pytest.fixture(scope="module")
-def sinks_run(tmp_path_factory):
+def sinks_run(tmp_path_factory, vllm_machine):
     from runtime import RunConfig, Runner, make_engine
     from store import Store
 
+    frame_ms = vllm_machine.frame_ms_for(LOAD["sessions"], at_least_ms=160.0)
+    LOAD.update(frame_ms=frame_ms, duration_s=6.0 * frame_ms / 160.0)
     engine = make_engine(RunConfig(**LOAD))
     st = Store(str(tmp_path_factory.mktemp("db") / "sinks.duckdb"))
     try:
