@@ -186,11 +186,23 @@ def ensure(store, engine: str, model: str, progress=None, recalibrate: bool = Fa
     return calibrate(engine, model, store, progress=progress, **kwargs)
 
 
+def probe_base(engine: str, model: str, probe_s: float | None = None) -> RunConfig:
+    """The windowed run every probe is a copy of (sessions and frame period aside)."""
+    return RunConfig(engine=engine, model=model, policy="window", window=FRAME["window"],
+                     sinks=FRAME["sinks"], block_size=FRAME["block_size"],
+                     pool_blocks=N_MAX * (FRAME["window"] // FRAME["block_size"] + 2),
+                     frame_ms=FRAME["frame_ms"], tokens_in=FRAME["tokens_in"],
+                     tokens_out=FRAME["tokens_out"], load="fixed",
+                     duration_s=probe_s or PROBE_S.get(engine, 3.0))
+
+
 def calibrate(engine: str, model: str, store=None, *, engine_factory=None, progress=None,
-              probe_s: float | None = None, cost: CostModel | None = None) -> Calibration:
+              probe_s: float | None = None, cost: CostModel | None = None,
+              keep_engine: bool = False) -> Calibration:
     """Measure and (with a store) keep a calibration. `progress(fraction, text)` is called
     after each probe (the console's progress bar; it may raise to abort). `engine_factory`
-    (config → Engine) and `cost` (the twin's cost model) are for tests and the twin.
+    (config → Engine) and `cost` (the twin's cost model) are for tests and the twin;
+    `keep_engine` leaves the factory's engine running (a test session shares it).
 
     N_c is searched at 80 ms frames first; while it is under DEMO_MIN_SESSIONS, at the next
     longer period of PERIODS_MS (fewer probes each, started from the fitted cost model), so a
@@ -198,12 +210,7 @@ def calibrate(engine: str, model: str, store=None, *, engine_factory=None, progr
     t0 = time.monotonic()
     if probe_s is not None and not 0 < probe_s <= 60:
         raise ValueError(f"probe length {probe_s} s must be in (0, 60]")
-    base = RunConfig(engine=engine, model=model, policy="window", window=FRAME["window"],
-                     sinks=FRAME["sinks"], block_size=FRAME["block_size"],
-                     pool_blocks=N_MAX * (FRAME["window"] // FRAME["block_size"] + 2),
-                     frame_ms=FRAME["frame_ms"], tokens_in=FRAME["tokens_in"],
-                     tokens_out=FRAME["tokens_out"], load="fixed",
-                     duration_s=probe_s or PROBE_S.get(engine, 3.0))
+    base = probe_base(engine, model, probe_s)
     if engine_factory is None and engine == "twin" and cost is None and store is not None:
         cost = latest_cost_model(store)
     if engine_factory is None:
@@ -224,7 +231,8 @@ def calibrate(engine: str, model: str, store=None, *, engine_factory=None, progr
             if n_c >= DEMO_MIN_SESSIONS:
                 break
     finally:
-        eng.shutdown()
+        if not keep_engine:
+            eng.shutdown()
         search.close()
     frame_ms, n_c, estimate = periods[-1]
     cost_fit, facts = fit_cost_model(search.steps, source="calibration")

@@ -55,6 +55,53 @@ class MachineLoad:
                 + f"; dtype {self.cal.dtype}; step a={self.cal.a_ms:.1f} ms")
 
 
-def measure() -> MachineLoad:
-    """One calibration of the tiny model on vLLM (one engine start and ~7 probes of 3 s)."""
-    return MachineLoad(calibration.calibrate("vllm", "tiny", None))
+class EnginePool:
+    """vLLM engines shared by the test session's modules: an engine start costs ~20-35 s on
+    two cores, and most modules ask for one of a few configurations. Engines are keyed by what
+    is fixed at their start (policy kind, pool, block size, max_model_len, vLLM arguments); W
+    and S move live, so `get` sets the asked-for policy before handing a windowed engine out.
+    At most `keep` stay alive (the least recently used is shut down: each costs ~1.5 GB and an
+    idle worker still polls)."""
+
+    def __init__(self, keep: int = 2) -> None:
+        self.keep = keep
+        self._engines: dict = {}  # key → engine, least recently used first
+        self.starts = 0
+
+    @staticmethod
+    def key(config) -> tuple:
+        ec = config.engine_config()
+        # The seed only seeds sampling, and every frame is greedy: engines differ by the rest.
+        return (ec.model, ec.policy.kind, ec.block_size, ec.pool_blocks, ec.max_model_len,
+                ec.vllm_args, ec.data_parallel_size)
+
+    def get(self, config):
+        from runtime import make_engine
+
+        key = self.key(config)
+        engine = self._engines.pop(key, None)
+        if engine is not None and engine.error() is not None:
+            engine.shutdown()
+            engine = None
+        if engine is None:
+            while len(self._engines) >= self.keep:
+                oldest = next(iter(self._engines))
+                self._engines.pop(oldest).shutdown()
+            engine = make_engine(config)
+            self.starts += 1
+        self._engines[key] = engine
+        wanted = config.engine_config().policy
+        if engine.policy != wanted:
+            engine.set_policy(wanted)  # W and S of a windowed engine move live
+        return engine
+
+    def close(self) -> None:
+        while self._engines:
+            self._engines.popitem()[1].shutdown()
+
+
+def measure(pool: EnginePool) -> MachineLoad:
+    """One calibration of the tiny model on vLLM (one engine start and ~7 probes of 3 s), on
+    an engine the pool keeps for the tests that probe the same configuration."""
+    return MachineLoad(calibration.calibrate("vllm", "tiny", None, engine_factory=pool.get,
+                                             keep_engine=True))

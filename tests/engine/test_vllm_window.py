@@ -4,7 +4,7 @@ the run's engine steps fit the twin's cost model."""
 import pytest
 
 from engine.twin import TwinEngine, fit_cost_model
-from runtime import RunConfig, Runner, make_engine
+from runtime import RunConfig, Runner
 from store.queries import occupancy, steps
 
 pytestmark = pytest.mark.vllm
@@ -18,14 +18,12 @@ K = 1.0  # this machine's frame period over 160 ms
 
 
 @pytest.fixture(scope="module")
-def engine(vllm_machine):
+def engine(vllm_machine, vllm_engines):
     global K
     frame_ms = vllm_machine.frame_ms_for(BASE["sessions"], at_least_ms=160.0)
     K = frame_ms / 160.0
     LOAD.update(BASE, frame_ms=frame_ms, duration_s=6.0 * K)
-    eng = make_engine(RunConfig(**LOAD))
-    yield eng
-    eng.shutdown()
+    return vllm_engines.get(RunConfig(**LOAD))
 
 
 @pytest.fixture(scope="module")

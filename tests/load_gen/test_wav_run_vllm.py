@@ -3,7 +3,7 @@ load on the same engine. One engine start for the module."""
 
 import pytest
 
-from runtime import RunConfig, Runner, make_engine
+from runtime import RunConfig, Runner
 from store.queries import occupancy, steps
 
 pytestmark = pytest.mark.vllm
@@ -15,12 +15,10 @@ SETTINGS = dict(engine="vllm", model="tiny", policy="window", window=128, pool_b
 
 
 @pytest.fixture(scope="module")
-def engine(vllm_machine):
+def engine(vllm_machine, vllm_engines):
     frame_ms = vllm_machine.frame_ms_for(SETTINGS["sessions"], at_least_ms=160.0)
     SETTINGS.update(frame_ms=frame_ms, duration_s=4.0 * frame_ms / 160.0)
-    eng = make_engine(RunConfig(**SETTINGS))
-    yield eng
-    eng.shutdown()
+    return vllm_engines.get(RunConfig(**SETTINGS))
 
 
 @pytest.fixture(scope="module")

@@ -2,32 +2,31 @@
 
 import pytest
 
-from runtime import RunConfig, Runner, make_engine
+from app.calibration import probe_base
+from runtime import RunConfig, Runner
 from store.queries import events
 
 pytestmark = pytest.mark.vllm
 
-WINDOW = dict(engine="vllm", model="tiny", policy="window", window=128, pool_blocks=128,
-              frame_ms=80.0)
+# The calibration's own engine (W 128, a pool for 128 sessions: memory never binds, latency
+# does), shared with the session's calibration (tests/conftest.py).
+WINDOW = dict(engine="vllm", model="tiny", policy="window", window=128,
+              pool_blocks=probe_base("vllm", "tiny").pool_blocks, frame_ms=80.0)
 UNBOUNDED = dict(engine="vllm", model="tiny", policy="unbounded", pool_blocks=64,
                  frame_ms=160.0)
 
 
 @pytest.fixture(scope="module")
-def window_engine(vllm_machine):
+def window_engine(vllm_machine, vllm_engines):
     # 80 ms frames where this machine's N_c there is ≥ 8 (AIMD must find room for ≥ 4 at half
     # of it), else the shortest longer period where it is; arrivals and sessions scale with it.
     WINDOW["frame_ms"] = vllm_machine.frame_ms_for(4, at_least_ms=80.0)
-    eng = make_engine(RunConfig(**WINDOW))
-    yield eng
-    eng.shutdown()
+    return vllm_engines.get(RunConfig(**WINDOW))
 
 
 @pytest.fixture(scope="module")
-def unbounded_engine():
-    eng = make_engine(RunConfig(**UNBOUNDED))
-    yield eng
-    eng.shutdown()
+def unbounded_engine(vllm_engines):
+    return vllm_engines.get(RunConfig(**UNBOUNDED))
 
 
 def test_aimd_admits_then_rejects_and_keeps_frames_on_time(window_engine, store):

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from runtime import RunConfig, Runner, make_engine
+from runtime import RunConfig, Runner
 from runtime.config import ScheduledChange
 from store.queries import events, frame_counts
 
@@ -20,14 +20,12 @@ K = 1.0
 
 
 @pytest.fixture(scope="module")
-def engine(vllm_machine):
+def engine(vllm_machine, vllm_engines):
     global K
     frame_ms = vllm_machine.frame_ms_for(LOAD["sessions"], at_least_ms=160.0)
     K = frame_ms / 160.0
     LOAD.update(frame_ms=frame_ms, duration_s=10.0 * K)
-    eng = make_engine(RunConfig(**LOAD))
-    yield eng
-    eng.shutdown()
+    return vllm_engines.get(RunConfig(**LOAD))
 
 
 def test_scripted_changes_roll_over_with_sinks_and_bound_the_pool(engine, store):
