@@ -273,6 +273,10 @@ class VLLMEngine(Engine):
         return self._probe.drain(self.config.pool_blocks, self.config.block_size)
 
     def error(self) -> str | None:
+        llm = self._llm
+        if self._error is None and llm is not None and llm.errored:
+            # Died between runs (no session was there to see it): the next run must not start.
+            self._error = "the vLLM engine core is no longer running"
         return self._error
 
     def shutdown(self) -> None:

@@ -80,7 +80,7 @@ class EnginePool:
 
         key = self.key(config)
         engine = self._engines.pop(key, None)
-        if engine is not None and engine.error() is not None:
+        if engine is not None and engine.error() is not None:  # e.g. its processes died
             engine.shutdown()
             engine = None
         if engine is None:
