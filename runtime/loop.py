@@ -26,6 +26,7 @@ import uuid
 
 from control.admission import Gate, MemoryGuard, MemoryGuardConfig
 from control.limits import Limit, WindowedLimit, make_limit
+from control.nstar import NStarTracker
 from control.placement import Placer
 from engine.contract import Engine
 from load_gen import arrival_times
@@ -72,6 +73,8 @@ class Runner:
         self.control = WindowedLimit(limit, config.control_interval_s, min_samples=5)
         guard = MemoryGuard(MemoryGuardConfig()) if config.memory_guard else None
         self.gate = Gate(limit, guard)
+        # N* from the same samples the limit sees; a cap at `sessions` is the offer's ceiling.
+        self.n_star = NStarTracker(ceiling=max(config.sessions, 1))
         self.recorder = Recorder(self.run_id, config, store.writer, observers)
         # Built once: validating a load reads its folder or probes its device.
         load = config.load_config()
@@ -186,7 +189,8 @@ class Runner:
         self.summary = summarise(
             self.recorder, self.store.cursor(), self.engine, status=status, reason=reason,
             end_rel=end_rel, sessions_offered=len(self._arrivals), gate=self.gate,
-            final_limit=self.gate.limit.limit, stall_at=stall_at,
+            final_limit=self.gate.limit.limit, n_star=self.n_star.value, stall_at=stall_at,
+            opens_deferred=self.sessions.opens.deferred,
             ranks={"ranks": ranks, "stalled_rank": stalled_rank,
                    "data_parallel_size": self.ranks.n, "placement": cfg.placement},
             max_resident_blocks=self.sessions.max_resident_blocks(),
@@ -252,11 +256,16 @@ class Runner:
                     self.telemetry.reset_stall()
         elif sample.stalled and self.changes.stall_guard and self.sessions.evict_largest(t_rel):
             self.telemetry.reset_stall()
-        self.control.maybe_sample(now, len(self.sessions.live))
+        live = len(self.sessions.live)
+        if self.control.maybe_sample(now, live) and self.gate.limit.kind != "fixed":
+            # A fixed cap is the operator's, not a controller's: it has no N*.
+            self.n_star.add(t_rel, live, self.gate.limit.limit, self.control.last_p95_ms,
+                            self.changes.target * self.config.budget)
+        n_star = self.n_star.value
         self.telemetry.write_tick(
-            k, sample, live=len(self.sessions.live), limit=self.gate.limit.limit,
+            k, sample, live=live, limit=self.gate.limit.limit,
             admitted=self.gate.admitted, rejected=sum(self.gate.rejected.values()),
-            p95_ms=self.control.last_p95_ms)
+            p95_ms=self.control.last_p95_ms, n_star=None if n_star is None else n_star.n_star)
         if self.ranks.active:
             self.ranks.write(k, t_rel, self.sessions.live_by_rank())
         self.progress = min(1.0, t_rel / self.config.duration_s)

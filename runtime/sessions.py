@@ -16,6 +16,7 @@ from control.admission import Ticket
 from engine.contract import Engine, FrameHandle
 from load_gen import make_frame_source
 from runtime.config import RunConfig
+from runtime.opens import OpenBudget
 from runtime.record import Recorder
 
 logger = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class Sessions:
         self.max_blocks_closed = 0
         self.tokens_unticked = 0  # tokens of replaced in-flight frames, for the next tick
         self._unticked_by_rank: dict = {}  # the same per rank
+        self.opens = OpenBudget(config.open_budget, self._frame_s)
 
     # --- open ---------------------------------------------------------------------------------
     def open(self, session_id: int, ticket: Ticket, t_rel: float,
@@ -72,6 +74,9 @@ class Sessions:
             start = t_rel + (session_id % 8) / 8 * self._frame_s if cfg.load == "fixed" else t_rel
         else:
             start = math.ceil(t_rel / self._frame_s - 1e-9) * self._frame_s  # next tick
+        # A burst of opens is spread over ticks, so it does not silence sessions already live.
+        started = any(s.start < start - 1e-9 for s in self.live.values())
+        start = self.opens.place(start, started)
         end = start + cfg.session_s if cfg.session_s else math.inf
         source = make_frame_source(self._load, session_id, self.engine.vocab_size,
                                    cfg.tokens_in)
