@@ -189,7 +189,7 @@ def gauges(data: LiveData) -> None:
 
 N_STAR_HELP = ("the live sessions the admission controller held at the latency target over "
                "its last stable stretch (≥ 5 control intervals, live within ±1, the cap "
-               "binding, p95 ≤ 1.1 × target); — until there is one, and for a fixed cap")
+               "binding, p95 ≤ 1.05 × target); — until there is one, and for a fixed cap")
 
 
 def binds_text(tick: dict) -> str:

@@ -6,8 +6,8 @@ Fed one control sample per interval (the same samples the limit sees), it keeps 
 - the controller binds: live ≥ cap − 1 (the cap, not a thin offered load, holds live there)
   and the cap is below its ceiling (a cap stuck at the most sessions a run offers measures the
   offer, not the machine);
-- latency is at the target: the interval's p95 ≤ target · (1 + tolerance) (a censored p95, a
-  silent frame's unknown latency, is never within it);
+- latency is at the target: the interval's p95 ≤ target · (1 + tolerance), 5 % by default
+  (a censored p95, a silent frame's unknown latency, is never within it);
 - live varies by at most `spread` (1) across the stretch.
 
 A stretch counts once it is `min_intervals` long. N* is the median live count of the last
@@ -21,7 +21,7 @@ import math
 from collections import Counter, deque
 from dataclasses import dataclass
 
-DEFAULT_TOLERANCE = 0.1
+DEFAULT_TOLERANCE = 0.05  # p95 within 5 % over the target still counts as "at" it
 DEFAULT_MIN_INTERVALS = 5
 
 
