@@ -75,7 +75,8 @@ class Sessions:
         else:
             start = math.ceil(t_rel / self._frame_s - 1e-9) * self._frame_s  # next tick
         # A burst of opens is spread over ticks, so it does not silence sessions already live.
-        started = any(s.start < start - 1e-9 for s in self.live.values())
+        tick_start = math.floor(start / self._frame_s + 1e-9) * self._frame_s
+        started = any(s.start < tick_start - 1e-9 for s in self.live.values())
         start = self.opens.place(start, started)
         end = start + cfg.session_s if cfg.session_s else math.inf
         source = make_frame_source(self._load, session_id, self.engine.vocab_size,
