@@ -34,8 +34,13 @@ from store import Store, calibrations, queries
 logger = logging.getLogger(__name__)
 
 TARGET_FRACTION = 0.8  # of the budget: the same target N* discovery steers to by default
-MAX_PROBES = 7
-PROBE_S = {"vllm": 3.0, "twin": 6.0}  # long enough for ~35 frames per session
+MAX_PROBES = 7  # at 80 ms frames
+MAX_PROBES_LONGER = 4  # at each longer period: the cost fit of the probes so far starts it
+PROBE_S = {"vllm": 3.0, "twin": 6.0}  # long enough for ~35 frames per session at 80 ms
+# The periods real interaction models tick at (Moshi 80 ms; the omni models every 1-2 s),
+# tried in order while N_c stays under DEMO_MIN_SESSIONS.
+PERIODS_MS = (80.0, 160.0, 320.0, 640.0, 1000.0, 2000.0)
+DEMO_MIN_SESSIONS = 4  # fewer make no convincing cliff vs slope pair
 FIRST_PROBE_SESSIONS = 2
 N_MAX = 128  # the calibration pool holds this many windowed sessions
 MAX_SILENT_RATE = 0.01  # a probe with more silent frames than this is over the limit
@@ -48,7 +53,8 @@ FRAME = {"frame_ms": 80.0, "tokens_in": 16, "tokens_out": 4, "block_size": 32,
 class Calibration:
     engine: str
     model: str
-    machine: str
+    machine: str  # the CPU (model, cores, the flags that matter) and the GPU, if any
+    dtype: str  # the type the model ran in (engine/dtype.py); "simulated" for the twin
     calibrated_at: dt.datetime
     n_c: int  # the largest measured load whose p95 stayed within the target (0: not even 1)
     n_c_estimate: int  # the cost model's analytic N_c, where the search started
@@ -64,7 +70,9 @@ class Calibration:
     c_ms_per_resident_token: float
     r2: float
     n_steps: int
-    probes: tuple  # ((sessions, p95 ms or None when censored, silent rate, within target), ...)
+    # ((sessions, p95 ms or None when censored, silent rate, within target, frame_ms), ...)
+    probes: tuple
+    periods: tuple  # ((frame_ms, N_c), ...) in the order measured; the last is frame_ms's
     seconds: float  # how long the calibration took, engine start included
 
     def __post_init__(self) -> None:
@@ -86,18 +94,21 @@ class Calibration:
     def as_row(self) -> dict:
         row = {name: getattr(self, name) for name in self.__dataclass_fields__}
         row["probes"] = json.dumps([list(p) for p in self.probes])
+        row["periods"] = json.dumps([list(p) for p in self.periods])
         return row
 
     def as_dict(self) -> dict:
         d = self.as_row()
         d["calibrated_at"] = self.calibrated_at.isoformat(timespec="seconds")
         d["probes"] = [list(p) for p in self.probes]
+        d["periods"] = [list(p) for p in self.periods]
         return d
 
     @classmethod
     def from_row(cls, row: dict) -> "Calibration":
         d = {name: row[name] for name in cls.__dataclass_fields__}
         d["probes"] = tuple(tuple(p) for p in json.loads(d["probes"]))
+        d["periods"] = tuple((float(f), int(n)) for f, n in json.loads(d["periods"]))
         d["calibrated_at"] = d["calibrated_at"].to_pydatetime() \
             if hasattr(d["calibrated_at"], "to_pydatetime") else d["calibrated_at"]
         for name in ("n_c", "n_c_estimate", "tokens_in", "tokens_out", "block_size",
@@ -117,7 +128,11 @@ def host_machine() -> str:
                 break
     except OSError:
         pass
-    text = f"{platform.node()} · {cpu} · {os.cpu_count()} cores"
+    from engine.dtype import NATIVE_BF16_FLAGS, host_cpu_flags
+
+    # The flags that change what a step costs: the vector width and native bf16.
+    flags = [f for f in ("avx2", "avx512f", *NATIVE_BF16_FLAGS) if f in host_cpu_flags()]
+    text = f"{platform.node()} · {cpu} · {os.cpu_count()} cores · {' '.join(flags) or 'no avx2'}"
     if shutil.which("nvidia-smi"):
         try:
             gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
@@ -144,9 +159,20 @@ def machine_key(engine: str, cur=None, cost: CostModel | None = None) -> str:
             f"c={cost.c_ms_per_resident_token:g}")
 
 
+def engine_dtype(engine: str) -> str:
+    """The dtype this engine runs the model in here (a calibration holds for that one only)."""
+    if engine == "twin":
+        return "simulated"
+    from engine.dtype import for_host
+
+    return for_host().dtype
+
+
 def stored(cur, engine: str, model: str) -> Calibration | None:
-    """The newest calibration of this engine and model for this machine (a store cursor)."""
-    row = calibrations.latest(cur, engine, model, machine_key(engine, cur))
+    """The newest calibration of this engine, model and dtype for this machine (a store
+    cursor): a database moved to another machine recalibrates rather than reuse its N_c."""
+    row = calibrations.latest(cur, engine, model, machine_key(engine, cur),
+                              engine_dtype(engine))
     return None if row is None else Calibration.from_row(row)
 
 
@@ -160,21 +186,31 @@ def ensure(store, engine: str, model: str, progress=None, recalibrate: bool = Fa
     return calibrate(engine, model, store, progress=progress, **kwargs)
 
 
-def calibrate(engine: str, model: str, store=None, *, engine_factory=None, progress=None,
-              probe_s: float | None = None, cost: CostModel | None = None) -> Calibration:
-    """Measure and (with a store) keep a calibration. `progress(fraction, text)` is called
-    after each probe (the console's progress bar; it may raise to abort). `engine_factory`
-    (config → Engine) and `cost` (the twin's cost model) are for tests and the twin."""
-    t0 = time.monotonic()
-    probe_s = probe_s or PROBE_S.get(engine, 3.0)
-    if not 0 < probe_s <= 60:
-        raise ValueError(f"probe length {probe_s} s must be in (0, 60]")
-    base = RunConfig(engine=engine, model=model, policy="window", window=FRAME["window"],
+def probe_base(engine: str, model: str, probe_s: float | None = None) -> RunConfig:
+    """The windowed run every probe is a copy of (sessions and frame period aside)."""
+    return RunConfig(engine=engine, model=model, policy="window", window=FRAME["window"],
                      sinks=FRAME["sinks"], block_size=FRAME["block_size"],
                      pool_blocks=N_MAX * (FRAME["window"] // FRAME["block_size"] + 2),
                      frame_ms=FRAME["frame_ms"], tokens_in=FRAME["tokens_in"],
-                     tokens_out=FRAME["tokens_out"], load="fixed", duration_s=probe_s)
-    target_ms = TARGET_FRACTION * base.budget
+                     tokens_out=FRAME["tokens_out"], load="fixed",
+                     duration_s=probe_s or PROBE_S.get(engine, 3.0))
+
+
+def calibrate(engine: str, model: str, store=None, *, engine_factory=None, progress=None,
+              probe_s: float | None = None, cost: CostModel | None = None,
+              keep_engine: bool = False) -> Calibration:
+    """Measure and (with a store) keep a calibration. `progress(fraction, text)` is called
+    after each probe (the console's progress bar; it may raise to abort). `engine_factory`
+    (config → Engine) and `cost` (the twin's cost model) are for tests and the twin;
+    `keep_engine` leaves the factory's engine running (a test session shares it).
+
+    N_c is searched at 80 ms frames first; while it is under DEMO_MIN_SESSIONS, at the next
+    longer period of PERIODS_MS (fewer probes each, started from the fitted cost model), so a
+    slow machine still gets a period it serves a convincing load at."""
+    t0 = time.monotonic()
+    if probe_s is not None and not 0 < probe_s <= 60:
+        raise ValueError(f"probe length {probe_s} s must be in (0, 60]")
+    base = probe_base(engine, model, probe_s)
     if engine_factory is None and engine == "twin" and cost is None and store is not None:
         cost = latest_cost_model(store)
     if engine_factory is None:
@@ -186,57 +222,96 @@ def calibrate(engine: str, model: str, store=None, *, engine_factory=None, progr
     note = progress or (lambda fraction, text: None)
     note(0.0, f"starting the {engine} engine")
     eng = engine_factory(base)
-    probe_store = Store(":memory:")
-    probes: dict[int, tuple] = {}
-    steps: list[dict] = []
+    search = _Search(base, eng, note, probe_s)
+    periods: list[tuple[float, int, int]] = []  # (frame_ms, N_c, estimate)
     try:
-        def probe(n: int) -> bool:
-            s = Runner(_probe_config(base, n), eng, probe_store).run()
-            steps.extend(queries.steps(probe_store.cursor(), s["run_id"]))
-            p95 = None if s["p95_censored"] or s["p95_ms"] is None else float(s["p95_ms"])
-            silent = float(s["silent_rate"] or 0.0)
-            ok = s["status"] == "finished" and p95 is not None and p95 <= target_ms \
-                and silent <= MAX_SILENT_RATE
-            probes[n] = (n, p95, silent, ok)
-            logger.info("calibration probe: %d sessions, p95 %s ms, silent %.1f%% → %s", n,
-                        p95, 100 * silent, "within target" if ok else "over")
-            note(len(probes) / MAX_PROBES, f"calibrating: {n} sessions → p95 "
-                 + (f"{p95:.0f} ms" if p95 is not None else "> budget")
-                 + f" (target {target_ms:.0f} ms), probe {len(probes)} of ≤ {MAX_PROBES}")
-            return ok
-
-        probe(FIRST_PROBE_SESSIONS)
-        model_fit, _ = fit_cost_model(steps, source="calibration")
-        estimate = max(1, min(N_MAX, analytic_n_star(
-            model_fit, target_ms, base.tokens_in, base.tokens_out, base.window + base.sinks)))
-        lo, hi = _bracket(probes)
-        while len(probes) < MAX_PROBES:
-            n = _next_probe(lo, hi, estimate, probes)
-            if n is None:
+        for i, frame_ms in enumerate(PERIODS_MS):
+            n_c, estimate = search.n_c_at(frame_ms, MAX_PROBES if i == 0 else MAX_PROBES_LONGER)
+            periods.append((frame_ms, n_c, estimate))
+            if n_c >= DEMO_MIN_SESSIONS:
                 break
-            probe(n)
-            lo, hi = _bracket(probes)
     finally:
-        eng.shutdown()
-        probe_store.close()
-    cost_fit, facts = fit_cost_model(steps, source="calibration")
+        if not keep_engine:
+            eng.shutdown()
+        search.close()
+    frame_ms, n_c, estimate = periods[-1]
+    cost_fit, facts = fit_cost_model(search.steps, source="calibration")
+    cur = None if store is None else store.cursor()
     result = Calibration(
-        engine=engine, model=model,
-        machine=machine_key(engine, None if store is None else store.cursor(), cost),
-        calibrated_at=dt.datetime.now().replace(microsecond=0), n_c=lo,
-        n_c_estimate=estimate, target_ms=target_ms, frame_ms=base.frame_ms,
+        engine=engine, model=model, machine=machine_key(engine, cur, cost),
+        dtype=getattr(eng, "dtype", None) or "simulated",
+        calibrated_at=dt.datetime.now().replace(microsecond=0), n_c=n_c,
+        n_c_estimate=estimate, target_ms=TARGET_FRACTION * frame_ms, frame_ms=frame_ms,
         tokens_in=base.tokens_in, tokens_out=base.tokens_out, block_size=base.block_size,
         window_tokens=base.window, sink_tokens=base.sinks, a_ms=cost_fit.a_ms,
         b_ms_per_token=cost_fit.b_ms_per_token,
         c_ms_per_resident_token=cost_fit.c_ms_per_resident_token, r2=facts["r2"],
-        n_steps=facts["n_steps"], probes=tuple(probes[n] for n in sorted(probes)),
+        n_steps=facts["n_steps"], probes=tuple(search.probes),
+        periods=tuple((f, n) for f, n, _ in periods),
         seconds=round(time.monotonic() - t0, 3))
     if store is not None:
         calibrations.save(store, result.as_row())
-    note(1.0, f"calibrated: N_c = {result.n_c} sessions ({result.seconds:.0f} s)")
-    logger.info("%s: N_c %d (estimate %d) in %.1f s", result.label(), result.n_c, estimate,
-                result.seconds)
+    note(1.0, f"calibrated: N_c = {result.n_c} sessions at {frame_ms:g} ms frames "
+              f"({result.seconds:.0f} s)")
+    logger.info("%s: N_c %d at %g ms (estimate %d) in %.1f s", result.label(), result.n_c,
+                frame_ms, estimate, result.seconds)
     return result
+
+
+class _Search:
+    """Probes of one engine at one frame period after another; every probe's steps feed the
+    cost fit that starts the next period's search."""
+
+    def __init__(self, base: RunConfig, eng, note, probe_s: float | None) -> None:
+        self.base, self.eng, self.note, self.probe_s = base, eng, note, probe_s
+        self.store = Store(":memory:")  # probe runs never appear among the operator's runs
+        self.steps: list[dict] = []
+        self.probes: list[tuple] = []  # (sessions, p95 or None, silent rate, ok, frame_ms)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def _probe(self, frame_ms: float, n: int, found: dict, max_probes: int) -> bool:
+        from dataclasses import replace
+
+        # Long enough for ~35 frames a session at 80 ms, and at least 24 at longer periods.
+        duration = self.probe_s or max(self.base.duration_s, 24 * frame_ms / 1e3)
+        config = replace(self.base, sessions=n, frame_ms=frame_ms, duration_s=duration)
+        target_ms = TARGET_FRACTION * config.budget
+        s = Runner(config, self.eng, self.store).run()
+        self.steps.extend(queries.steps(self.store.cursor(), s["run_id"]))
+        p95 = None if s["p95_censored"] or s["p95_ms"] is None else float(s["p95_ms"])
+        silent = float(s["silent_rate"] or 0.0)
+        ok = s["status"] == "finished" and p95 is not None and p95 <= target_ms \
+            and silent <= MAX_SILENT_RATE
+        found[n] = (n, p95, silent, ok)
+        self.probes.append((n, p95, silent, ok, frame_ms))
+        logger.info("calibration probe at %g ms: %d sessions, p95 %s ms, silent %.1f%% → %s",
+                    frame_ms, n, p95, 100 * silent, "within target" if ok else "over")
+        self.note(min(0.99, len(self.probes) / (MAX_PROBES + 2 * MAX_PROBES_LONGER)),
+                  f"calibrating at {frame_ms:g} ms frames: {n} sessions → p95 "
+                  + (f"{p95:.0f} ms" if p95 is not None else "> budget")
+                  + f" (target {target_ms:.0f} ms), probe {len(found)} of ≤ {max_probes}")
+        return ok
+
+    def n_c_at(self, frame_ms: float, max_probes: int) -> tuple[int, int]:
+        """(N_c, the cost model's estimate) at this frame period."""
+        found: dict[int, tuple] = {}
+        target_ms = TARGET_FRACTION * frame_ms
+        resident = self.base.window + self.base.sinks
+        if not self.steps:
+            self._probe(frame_ms, FIRST_PROBE_SESSIONS, found, max_probes)
+        model_fit, _ = fit_cost_model(self.steps, source="calibration")
+        estimate = max(1, min(N_MAX, analytic_n_star(
+            model_fit, target_ms, self.base.tokens_in, self.base.tokens_out, resident)))
+        lo, hi = _bracket(found)
+        while len(found) < max_probes:
+            n = _next_probe(lo, hi, estimate, found)
+            if n is None:
+                break
+            self._probe(frame_ms, n, found, max_probes)
+            lo, hi = _bracket(found)
+        return lo, estimate
 
 
 def _probe_config(base: RunConfig, sessions: int) -> RunConfig:

@@ -107,7 +107,7 @@ def stdout_for_json():
 
 
 def _human(summary: dict) -> str:
-    keys = ("run_id", "status", "reason", "engine", "policy", "window", "sinks", "frames",
+    keys = ("run_id", "status", "reason", "engine", "dtype", "policy", "window", "sinks", "frames",
             "silent_rate", "censored_frames", "on_time_rate", "naive_on_time_rate", "p50_ms",
             "p95_ms", "p99_ms", "max_occupancy", "stalled", "stall_at_s", "tsat_pred_s",
             "rows_lost")
@@ -208,7 +208,7 @@ def _cmd_demo(args) -> int:
     try:
         cal = calibration.ensure(store, args.engine, args.model, _progress_to_stderr,
                                  recalibrate=args.recalibrate)
-        settings = demo.derive(cal, args.duration or demo.DURATION_S)
+        settings = demo.derive(cal, args.duration)
         summaries = []
         for config in settings.configs(args.engine, args.model, args.seed):
             _progress_to_stderr(len(summaries) / 2, f"demo run {len(summaries) + 1} of 2: "

@@ -11,9 +11,10 @@ and a gateway that answers after half the budget (so the naive dashboard's lie s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app import experiments
+from app.calibration import DEMO_MIN_SESSIONS, TARGET_FRACTION
 from runtime import RunConfig
 
 # Of N_c: the windowed run keeps headroom for a shared machine's hiccups. 0.65 left the vLLM
@@ -63,6 +64,7 @@ class DemoSettings:
     wait_budget: float
     predicted_t_sat_s: float
     n_c: int
+    period_note: str = ""  # why this frame period (choose_period)
 
     def __post_init__(self) -> None:
         if not 1 <= self.sessions <= max(1, self.n_c):
@@ -84,13 +86,53 @@ class DemoSettings:
                                           self.sinks)
 
 
-def derive(cal, duration_s: float = DURATION_S) -> DemoSettings:
-    """The demo for a calibration (app.calibration.Calibration): see the module docstring."""
+@dataclass(frozen=True)
+class Period:
+    """The frame period the demo ticks at, its N_c, and the sentence that says why."""
+
+    frame_ms: float
+    n_c: int
+    sentence: str
+
+
+def choose_period(periods, min_sessions: int = DEMO_MIN_SESSIONS) -> Period:
+    """The shortest measured period ((frame_ms, N_c), ...) with N_c ≥ min_sessions; when none
+    has, the one with the largest N_c ≥ 1 (the shortest of ties); a ValueError with the
+    measured numbers when not one period serves a session."""
+    periods = sorted((float(f), int(n)) for f, n in periods)
+    if not periods:
+        raise ValueError("the calibration measured no frame period")
+    first_ms, first_n = periods[0]
+    good = [(f, n) for f, n in periods if n >= min_sessions]
+    if good:
+        frame_ms, n_c = good[0]
+    else:
+        frame_ms, n_c = max(periods, key=lambda p: (p[1], -p[0]))
+        if n_c < 1:
+            measured = ", ".join(f"{n} at {f:g} ms" for f, n in periods)
+            raise ValueError(f"this engine cannot serve one session at any frame period up to "
+                             f"{periods[-1][0]:g} ms (N_c: {measured}); there is no clean "
+                             "windowed run to show")
+    if frame_ms == first_ms:
+        sentence = f"this machine serves {n_c} sessions at {frame_ms:g} ms frames"
+    else:
+        sentence = (f"this machine serves {first_n} session{'s' * (first_n != 1)} at "
+                    f"{first_ms:g} ms frames; the demo ticks every {frame_ms:g} ms "
+                    f"({n_c} sessions), as {'an omni' if frame_ms >= 1000 else 'a slower'} "
+                    f"interaction model would")
+    return Period(frame_ms, n_c, sentence)
+
+
+def derive(cal, duration_s: float | None = None) -> DemoSettings:
+    """The demo for a calibration (app.calibration.Calibration): see the module docstring.
+    The run lasts DURATION_S at 80 ms frames and as many frames at a longer period."""
+    period = choose_period(cal.periods)
+    if duration_s is None:
+        duration_s = min(600.0, DURATION_S * max(1.0, period.frame_ms / 80.0))
     if not 3.0 <= duration_s <= 600.0:
         raise ValueError(f"demo duration {duration_s} s must be in [3, 600]")
-    if cal.n_c < 1:
-        raise ValueError(f"N_c is {cal.n_c}: this engine cannot serve one session within "
-                         f"{cal.target_ms:.0f} ms; there is no clean windowed run to show")
+    cal = replace(cal, frame_ms=period.frame_ms, n_c=period.n_c,
+                  target_ms=TARGET_FRACTION * period.frame_ms)
     sessions = max(1, math.floor(LOAD_FRACTION * cal.n_c))
     bs = cal.block_size
     want_t_sat = TSAT_FRACTION * duration_s
@@ -106,7 +148,7 @@ def derive(cal, duration_s: float = DURATION_S) -> DemoSettings:
         tokens_out=cal.tokens_out, block_size=bs, wait_budget=WAIT_BUDGET,
         predicted_t_sat_s=predicted_t_sat_s(sessions, pool, bs, cal.tokens_in, cal.tokens_out,
                                             cal.frame_ms),
-        n_c=cal.n_c)
+        n_c=cal.n_c, period_note=period.sentence)
 
 
 def cliff_problems(base: RunConfig, window: int, sinks: int, n_c: int | None) -> list[str]:
@@ -165,9 +207,9 @@ def preparation(engine: str, model: str = "tiny", seed: int = 0):
 
         cal = calibration.ensure(store, engine, model, progress)
         settings = derive(cal)
-        progress(1.0, f"demo: {settings.sessions} sessions, pool {settings.pool_blocks} "
-                      f"blocks, predicted t_sat {settings.predicted_t_sat_s:.1f} s "
-                      f"({cal.label()})")
+        progress(1.0, f"demo: {settings.period_note}; {settings.sessions} sessions, pool "
+                      f"{settings.pool_blocks} blocks, predicted t_sat "
+                      f"{settings.predicted_t_sat_s:.1f} s ({cal.label()})")
         return settings.configs(engine, model, seed)
     return prepare
 

@@ -135,7 +135,10 @@ def header(row: dict, live: bool, history: pd.DataFrame | None = None,
         last = history.iloc[-1]
         now.update(policy=last.policy, window_tokens=_int(last.window_tokens),
                    sink_tokens=_int(last.sink_tokens), admission=last.admission)
-    st.caption(f"{row['model']} · {policy_text(now)} · N={row['sessions']} · load {row['load']} "
+    dtype = row.get("dtype")
+    dtype = f" · {dtype}" if isinstance(dtype, str) and dtype else ""  # NULL: simulated/older
+    st.caption(f"{row['model']}{dtype} · {policy_text(now)} · N={row['sessions']} · load "
+               f"{row['load']} "
                f"· admission {now['admission']} · pool {row['pool_blocks']} blocks · frame "
                f"{row['frame_ms']:g} ms · budget {row['budget_ms']:g} ms")
     if not changes.empty:

@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 # /proc/cpuinfo flags that mean bf16 matrix work runs in hardware.
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-DTYPES = ("float32", "bfloat16", "float16", "auto")
+DTYPES = ("float32", "bfloat16", "float16", "auto", "half", "float")  # vLLM's spellings
 
 
 @dataclass(frozen=True)

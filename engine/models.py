@@ -141,9 +141,13 @@ def build_smollm2(out_dir: Path | None = None) -> Path:
 
 
 def _load_gguf_model(gguf: Path, torch):
-    """Dequantize the GGUF to bf16 and drop the quantizer so save_pretrained accepts it."""
+    """Dequantize the GGUF to this machine's type (engine/dtype.py: bf16 only where the CPU
+    computes it natively, else fp32) and drop the quantizer so save_pretrained accepts it."""
     from transformers import AutoModelForCausalLM
 
+    from engine.dtype import for_host, torch_dtype
+
+    build = torch_dtype(for_host().dtype)
     try:
         from transformers import GgufConfig
 
@@ -152,10 +156,10 @@ def _load_gguf_model(gguf: Path, torch):
         kwargs = {}
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, torch_dtype=torch.bfloat16, **kwargs)
+            gguf.parent, gguf_file=gguf.name, torch_dtype=build, **kwargs)
     except TypeError:
         model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, torch_dtype=torch.bfloat16)
+            gguf.parent, gguf_file=gguf.name, torch_dtype=build)
     for obj in (model, model.config):
         for attr in ("hf_quantizer", "quantization_config"):
             if hasattr(obj, attr):
@@ -164,7 +168,7 @@ def _load_gguf_model(gguf: Path, torch):
                 except AttributeError:
                     setattr(obj, attr, None)
     model.is_quantized = False
-    return model.to(torch.bfloat16)
+    return model.to(build)
 
 
 def _fetch_smollm2_gguf(download_dir: Path) -> Path:

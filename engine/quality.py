@@ -172,13 +172,18 @@ def load_token_ids(tokenizer, path: Path, n_tokens: int) -> torch.Tensor:
 
 
 def load_model(model_path: Path):
-    """fp32 on CPU with SDPA attention, which takes a custom 4D float mask as given (transformers
-    returns a 4D mask unchanged and SDPA then applies it instead of its own causal mask)."""
+    """This machine's type (engine/dtype.py: bf16 only where the CPU computes it natively) with
+    SDPA attention, which takes a custom 4D float mask as given (transformers returns a 4D mask
+    unchanged and SDPA then applies it instead of its own causal mask)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from engine.dtype import for_host, torch_dtype
+
+    choice = for_host()
+    logger.info("quality: model in %s", choice.reason)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(
-        model_path, dtype=torch.float32, attn_implementation="sdpa").eval()
+        model_path, dtype=torch_dtype(choice.dtype), attn_implementation="sdpa").eval()
     return tokenizer, model
 
 
@@ -223,6 +228,7 @@ def measure(settings: QualitySettings) -> dict:
         "granularity": settings.granularity, "text_source": str(text_path),
         "first_scored_position": settings.first_scored_position,
         "scored_positions": n_tokens - 1 - settings.first_scored_position,
+        "dtype": str(model.dtype).removeprefix("torch."),
     }
     for i, (name, label, visible) in enumerate(policies, start=1):
         logger.info("quality %d/3: %s over %d tokens (W=%d, S=%d, %s granularity)...",

@@ -227,6 +227,9 @@ CREATE INDEX IF NOT EXISTS rank_ticks_run ON rank_ticks (run_id);
 -- The floating-point type the model ran in and why (engine/dtype.py); NULL: simulated.
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS dtype VARCHAR;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS dtype_reason VARCHAR;
+-- Calibrations per dtype, with N_c at each frame period tried (app/calibration.py).
+ALTER TABLE calibrations ADD COLUMN IF NOT EXISTS dtype VARCHAR;
+ALTER TABLE calibrations ADD COLUMN IF NOT EXISTS periods VARCHAR;
 """
 
 TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models", "settings_history",

@@ -30,3 +30,24 @@ def store(tmp_path):
         """).df().query("claimed != stored and lost == 0")
     s.close()
     assert mismatched.empty, mismatched.to_dict("records")
+
+
+@pytest.fixture(scope="session")
+def vllm_engines():
+    """vLLM engines shared across the session's modules (tests/vllm_machine.EnginePool)."""
+    from tests.vllm_machine import EnginePool
+
+    pool = EnginePool()
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_machine(vllm_engines):
+    """This machine's vLLM speed, measured once per test session (tests/vllm_machine.py); the
+    vLLM tests derive their frame period from it. Printed so a CI log says what it measured."""
+    from tests.vllm_machine import measure
+
+    machine = measure(vllm_engines)
+    print(f"\nvLLM on this machine: N_c {machine.describe()} ({machine.cal.seconds:.0f} s)")
+    return machine

@@ -27,6 +27,7 @@ d = experiments.DEFAULTS
 def calibrated_values(cal) -> dict:
     s = demo.derive(cal)
     return {"exp_load": "fixed", "exp_sessions": s.sessions, "exp_duration": s.duration_s,
+            "exp_frame_ms": s.frame_ms,
             "exp_pool": s.pool_blocks, "exp_window": s.window, "exp_sinks": s.sinks,
             "exp_wait": s.wait_budget}
 
@@ -51,9 +52,13 @@ if cal is None:
     a.caption(f"{engine}/{MODEL} is not calibrated on this machine: the settings below are "
               f"generic and may show no cliff here.")
 else:
-    a.caption(f"{cal.label()}: compute limit N_c = {cal.n_c} sessions "
-              f"(p95 ≤ {cal.target_ms:.0f} ms with W = {cal.window_tokens}), "
-              f"took {cal.seconds:.0f} s")
+    try:
+        period = demo.choose_period(cal.periods).sentence + "."
+    except ValueError as exc:
+        period = one_line(exc)
+    a.caption(f"{cal.label()} ({cal.dtype}): compute limit N_c = {cal.n_c} sessions at "
+              f"{cal.frame_ms:g} ms frames (p95 ≤ {cal.target_ms:.0f} ms with W = "
+              f"{cal.window_tokens}), took {cal.seconds:.0f} s. {period[0].upper()}{period[1:]}")
     b.button("Use calibrated settings", key="exp_use_calibrated", on_click=use_calibrated,
              args=(cal,), disabled=cal.n_c < 1)
 if c.button("Recalibrate" if cal else "Calibrate", key="exp_calibrate", disabled=busy):
@@ -64,6 +69,7 @@ if c.button("Recalibrate" if cal else "Calibrate", key="exp_calibrate", disabled
         st.error(one_line(exc))
 
 initial = {"exp_load": d["load"], "exp_sessions": d["sessions"], "exp_duration": d["duration_s"],
+           "exp_frame_ms": 80.0,
            "exp_pool": d["pool_blocks"], "exp_window": 128, "exp_sinks": 0, "exp_wait": 0.0}
 for key, value in initial.items():
     st.session_state.setdefault(key, value)
@@ -88,10 +94,13 @@ duration = a.number_input("Duration (s)", step=5.0, key="exp_duration")
 pool = b.number_input("Pool blocks", step=32, key="exp_pool")
 window = c.number_input("W (windowed runs)", step=32, key="exp_window")
 sinks = e.number_input("S (windowed runs)", step=1, key="exp_sinks")
-a, b, c = st.columns(3)
+a, b, c, e = st.columns(4)
 seed = a.number_input("Seed", value=0, step=1, key="exp_seed")
 repeats = b.number_input("Repeats (collapse)", value=10, step=1, key="exp_repeats")
-wait = c.number_input("Gateway wait (× budget, 0: none)", step=0.1, key="exp_wait",
+frame_ms = c.number_input("Frame period (ms)", step=80.0, key="exp_frame_ms",
+                          help="a calibration picks the shortest period this machine serves a "
+                               "convincing load at (80 ms, or as an omni model would tick)")
+wait = e.number_input("Gateway wait (× budget, 0: none)", step=0.1, key="exp_wait",
                       help="a gateway answers an empty frame after this share of the budget, "
                            "and its dashboard counts it on time: the naive view's lie")
 
@@ -102,13 +111,14 @@ def base_config() -> RunConfig:
                      sessions=int(sessions), arrival_rate=float(rate) if poisson else None,
                      session_s=float(session_s) if poisson else None,
                      duration_s=float(duration), pool_blocks=int(pool), seed=int(seed),
+                     frame_ms=float(frame_ms),
                      wait_budget=float(wait) or None)
 
 
 if kind != "N* discovery":
     try:
-        for problem in demo.cliff_problems(base_config(), int(window), int(sinks),
-                                           None if cal is None else cal.n_c):
+        n_c = None if cal is None or cal.frame_ms != float(frame_ms) else cal.n_c
+        for problem in demo.cliff_problems(base_config(), int(window), int(sinks), n_c):
             st.warning(f"No cliff to show: {problem}.")
     except ValueError:
         pass  # named when the experiment is run

@@ -62,20 +62,26 @@ def test_derived_settings_move_with_the_machine_and_both_show_a_cliff_and_a_slop
 def test_the_load_moves_n_c_not_the_other_way_round():
     """N_c is measured: a probe within target is never reported over the limit."""
     cal = calibration.calibrate("twin", "tiny", None, cost=SLOW)
-    ok = [n for n, _, _, within in cal.probes if within]
-    over = [n for n, _, _, within in cal.probes if not within]
+    assert [f for f, _ in cal.periods] == [80.0]  # the twin serves ≥ 4 at 80 ms
+    ok = [n for n, _, _, within, _ in cal.probes if within]
+    over = [n for n, _, _, within, _ in cal.probes if not within]
     assert cal.n_c == max(ok) and min(over) > cal.n_c
     assert min(over) - cal.n_c <= max(1, round(0.1 * cal.n_c))  # bracketed within 10 %
     assert len(cal.probes) <= calibration.MAX_PROBES
 
 
-def test_a_calibration_is_kept_per_engine_model_and_machine_and_reused(store):
+def test_a_calibration_is_kept_per_engine_model_dtype_and_machine_and_reused(store):
     first = calibration.ensure(store, "twin", "tiny")
     again = calibration.ensure(store, "twin", "tiny")
     assert again == first  # read back, not measured again
     assert calibration.stored(store.cursor(), "vllm", "tiny") is None
     assert calibration.stored(store.cursor(), "twin", "smollm2") is None
-    assert "simulated · cost default" in first.machine
+    assert "simulated · cost default" in first.machine and first.dtype == "simulated"
+    # the same machine in another dtype is another calibration
+    calibrations_row = {**first.as_row(), "dtype": "bfloat16", "n_c": 1}
+    store.writer.add("calibrations", calibrations_row)
+    store.writer.flush()
+    assert calibration.stored(store.cursor(), "twin", "tiny") == first
     # a refitted twin is another "machine": its calibration no longer applies
     store.writer.add("twin_models", {"fitted_at": first.calibrated_at, "source_run_id": "r1",
                                      "a_ms": 8.0, "b_ms_per_token": 0.1,
@@ -96,18 +102,54 @@ def test_calibration_reports_progress_and_can_be_stopped():
     with pytest.raises(KeyboardInterrupt):
         calibration.calibrate("twin", "tiny", None, progress=progress)
     assert seen[0] == (0.0, "starting the twin engine")
-    assert "calibrating: 2 sessions → p95" in seen[1][1] and 0 < seen[1][0] < 1
+    assert "calibrating at 80 ms frames: 2 sessions → p95" in seen[1][1] \
+        and 0 < seen[1][0] < 1
 
 
-def _calibration(n_c: int) -> calibration.Calibration:
-    return replace(calibration.calibrate("twin", "tiny", None), n_c=n_c)
+def _calibration(n_c: int, *longer: tuple[float, int]) -> calibration.Calibration:
+    periods = ((80.0, n_c), *longer)
+    return replace(calibration.calibrate("twin", "tiny", None), n_c=periods[-1][1],
+                   frame_ms=periods[-1][0], target_ms=0.8 * periods[-1][0], periods=periods)
 
 
 def test_derive_refuses_a_machine_that_cannot_serve_one_session():
-    with pytest.raises(ValueError, match="N_c is 0"):
-        demo.derive(_calibration(0))
+    ladder = [(f, 0) for f in calibration.PERIODS_MS[1:]]
+    with pytest.raises(ValueError, match="cannot serve one session at any frame period up to "
+                                         "2000 ms .N_c: 0 at 80 ms, 0 at 160 ms"):
+        demo.derive(_calibration(0, *ladder))
     with pytest.raises(ValueError, match="duration 1 s must be in"):
         demo.derive(_calibration(10), duration_s=1)
+
+
+def test_the_demo_keeps_80_ms_where_it_serves_4_and_ticks_slower_where_not():
+    kept = demo.choose_period(((80.0, 4),))
+    assert (kept.frame_ms, kept.n_c) == (80.0, 4)
+    assert kept.sentence == "this machine serves 4 sessions at 80 ms frames"
+    slow = demo.choose_period(((80.0, 3), (160.0, 3), (320.0, 9)))
+    assert (slow.frame_ms, slow.n_c) == (320.0, 9)
+    assert slow.sentence.startswith("this machine serves 3 sessions at 80 ms frames; the demo "
+                                    "ticks every 320 ms")
+    # none reaches 4: the period serving the most, shortest first
+    best = demo.choose_period(((80.0, 0), (160.0, 1), (320.0, 2), (640.0, 2), (1000.0, 1),
+                               (2000.0, 1)))
+    assert (best.frame_ms, best.n_c) == (320.0, 2)
+    settings = demo.derive(_calibration(3, (160.0, 3), (320.0, 9)))
+    assert settings.frame_ms == 320.0 and settings.sessions == 4  # half of N_c there
+    assert settings.duration_s == pytest.approx(demo.DURATION_S * 4)  # as many frames
+    assert settings.predicted_t_sat_s == pytest.approx(settings.duration_s / 3, rel=0.05)
+    assert "320 ms" in settings.period_note
+
+
+def test_a_slow_twin_calibrates_at_a_longer_period_and_its_demo_still_shows_the_pair(store):
+    """A machine whose 80 ms frames hold under 4 sessions: the ladder goes on to longer
+    periods until one does, and the demo at that period shows a cliff and a clean slope."""
+    crawl = CostModel(15.0, 0.2, 0.002, source="crawl")
+    cal = calibration.calibrate("twin", "tiny", None, cost=crawl)
+    assert cal.periods[0][0] == 80.0 and cal.periods[0][1] < calibration.DEMO_MIN_SESSIONS
+    assert cal.frame_ms > 80.0 and cal.n_c >= calibration.DEMO_MIN_SESSIONS
+    settings = demo.derive(cal)
+    assert settings.frame_ms == cal.frame_ms
+    _assert_cliff_and_slope(*_run_pair(settings, crawl, store), store)
 
 
 def test_hand_typed_settings_that_cannot_show_a_cliff_are_named():

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.metrics import default_exporter, serve, stop_serving
-from runtime import RunConfig, Runner, make_engine
+from runtime import RunConfig, Runner
 
 pytestmark = pytest.mark.vllm
 
@@ -28,11 +28,11 @@ def _dashboard_vllm_names() -> set[str]:
     return {re.sub(r"_total$", "", n) for e in exprs for n in re.findall(r"vllm:[a-z_]+", e)}
 
 
-def test_a_vllm_run_scrape_has_vllm_series_next_to_ours(store):
+def test_a_vllm_run_scrape_has_vllm_series_next_to_ours(store, vllm_engines):
     config = RunConfig(engine="vllm", policy="window", window=128, pool_blocks=64, sessions=4,
                        frame_ms=160.0, duration_s=4.0)
     port = serve(0)
-    engine = make_engine(config)
+    engine = vllm_engines.get(config)  # vLLM registered its series when it started
     try:
         exporter = default_exporter()
         runner = Runner(config, engine, store, observers=[exporter])
@@ -47,7 +47,6 @@ def test_a_vllm_run_scrape_has_vllm_series_next_to_ours(store):
             time.sleep(0.5)
         thread.join()
     finally:
-        engine.shutdown()
         stop_serving(port)
     assert runner.summary["status"] == "finished" and runner.summary["frames"] > 0
     wanted = _dashboard_vllm_names()

@@ -219,22 +219,25 @@ def test_prompt_logprobs_through_a_live_change_match_the_reference(live_logprobs
 
 # --- through the runtime: streaming sessions on AsyncLLM ----------------------------------------
 
+# 160 ms frames, or the shortest longer period at which this machine serves 8 sessions at half
+# its N_c (tests/vllm_machine.py), for the same number of frames.
 LOAD = dict(engine="vllm", model="tiny", pool_blocks=64, sessions=8, frame_ms=160.0,
             duration_s=6.0, policy="window", window=128, sinks=32)
 
 
 @pytest.fixture(scope="module")
-def sinks_run(tmp_path_factory):
-    from runtime import RunConfig, Runner, make_engine
+def sinks_run(tmp_path_factory, vllm_machine, vllm_engines):
+    from runtime import RunConfig, Runner
     from store import Store
 
-    engine = make_engine(RunConfig(**LOAD))
+    frame_ms = vllm_machine.frame_ms_for(LOAD["sessions"], at_least_ms=160.0)
+    LOAD.update(frame_ms=frame_ms, duration_s=6.0 * frame_ms / 160.0)
+    engine = vllm_engines.get(RunConfig(**LOAD))  # S = 32 set live on a shared engine
     st = Store(str(tmp_path_factory.mktemp("db") / "sinks.duckdb"))
     try:
         yield Runner(RunConfig(**LOAD), engine, st).run(), st
     finally:
         st.close()
-        engine.shutdown()
 
 
 def test_sinks_run_never_stalls_and_stays_within_the_block_bound(sinks_run):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from runtime import RunConfig, Runner, make_engine
+from runtime import RunConfig, Runner
 from store.queries import frame_counts, occupancy
 
 pytestmark = pytest.mark.vllm
@@ -12,10 +12,8 @@ LOAD = dict(engine="vllm", model="tiny", pool_blocks=64, sessions=8, frame_ms=16
 
 
 @pytest.fixture(scope="module")
-def engine():
-    eng = make_engine(RunConfig(policy="unbounded", **LOAD))
-    yield eng
-    eng.shutdown()
+def engine(vllm_engines):
+    return vllm_engines.get(RunConfig(policy="unbounded", **LOAD))
 
 
 def test_sessions_outgrow_the_pool_and_go_silent(engine, store):

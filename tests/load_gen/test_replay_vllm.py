@@ -1,10 +1,10 @@
-"""Replay on real vLLM: a recorded unbounded cliff, replayed with a window. Starts two engines
-(the policy kind is fixed per vLLM engine), so this is the module's only test."""
+"""Replay on real vLLM: a recorded unbounded cliff, replayed with a window, on two engines of
+the session's pool (the policy kind is fixed per vLLM engine)."""
 
 import pytest
 
 from app.replay import with_recorded_load
-from runtime import RunConfig, Runner, make_engine
+from runtime import RunConfig, Runner
 from store import open_store
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -15,17 +15,14 @@ CLIFF = dict(engine="vllm", model="tiny", policy="unbounded", pool_blocks=64, se
              frame_ms=FRAME_MS, duration_s=DURATION_S, load="ramp", arrival_rate=20.0)
 
 
-def _run(config: RunConfig, store) -> dict:
-    engine = make_engine(config, store)
-    try:
-        return Runner(config, engine, store).run()
-    finally:
-        engine.shutdown()
-
-
-def test_windowed_replay_of_a_vllm_cliff_offers_the_same_frames_and_does_not_stall(tmp_path):
+def test_windowed_replay_of_a_vllm_cliff_offers_the_same_frames_and_does_not_stall(
+        tmp_path, vllm_engines):
     db = str(tmp_path / "replay.duckdb")
     store = open_store(db)
+
+    def _run(config: RunConfig, store) -> dict:
+        return Runner(config, vllm_engines.get(config), store).run()
+
     try:
         cliff = _run(RunConfig(**CLIFF), store)
         assert cliff["status"] == "finished", cliff["reason"]

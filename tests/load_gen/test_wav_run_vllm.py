@@ -3,20 +3,22 @@ load on the same engine. One engine start for the module."""
 
 import pytest
 
-from runtime import RunConfig, Runner, make_engine
+from runtime import RunConfig, Runner
 from store.queries import occupancy, steps
 
 pytestmark = pytest.mark.vllm
 
+# 160 ms frames, or the shortest longer period at which this machine serves 6 sessions at half
+# its N_c (tests/vllm_machine.py), for the same 25 frames a session.
 SETTINGS = dict(engine="vllm", model="tiny", policy="window", window=128, pool_blocks=64,
                 frame_ms=160.0, duration_s=4.0, sessions=6)
 
 
 @pytest.fixture(scope="module")
-def engine():
-    eng = make_engine(RunConfig(**SETTINGS))
-    yield eng
-    eng.shutdown()
+def engine(vllm_machine, vllm_engines):
+    frame_ms = vllm_machine.frame_ms_for(SETTINGS["sessions"], at_least_ms=160.0)
+    SETTINGS.update(frame_ms=frame_ms, duration_s=4.0 * frame_ms / 160.0)
+    return vllm_engines.get(RunConfig(**SETTINGS))
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +36,7 @@ def test_wav_sessions_produce_frames_on_time(runs):
     wav, synthetic, st = runs
     assert wav["status"] == synthetic["status"] == "finished", (wav["reason"], synthetic["reason"])
     assert wav["admitted"] == 6 and wav["rejected"] == 0
-    # Session 0 starts at 0 s, the phase-staggered others at the next tick (0.16 s): 145
+    # Session 0 starts at 0 s, the phase-staggered others at the next tick: 145
     # frames, less the last ones the run's end cuts before their deadline on the real clock.
     assert 25 + 5 * 24 - 6 <= wav["frames"] <= 25 + 5 * 24
     assert 6 * 25 - 6 <= synthetic["frames"] <= 6 * 25

@@ -1,0 +1,45 @@
+"""The dtype the model runs in follows the hardware: bf16 only where it is computed natively."""
+
+import pytest
+
+from engine import dtype
+from engine.config import EngineConfig, parse_vllm_args
+from engine.vllm_args import engine_args
+
+ZEN3 = frozenset({"avx", "avx2", "fma", "f16c"})  # the AVX2-only EPYC of issue 25
+SAPPHIRE = ZEN3 | {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
+COOPER = ZEN3 | {"avx512f", "avx512_bf16"}
+
+
+def test_bf16_only_where_the_cpu_computes_it_natively():
+    assert dtype.choose(ZEN3).dtype == "float32"
+    assert "no bf16 hardware" in dtype.choose(ZEN3).reason
+    assert dtype.choose(SAPPHIRE) == dtype.DtypeChoice(
+        "bfloat16", "bfloat16: the CPU computes bf16 natively (amx_bf16)")
+    assert dtype.choose(COOPER).reason.endswith("(avx512_bf16)")
+    assert dtype.choose(ZEN3 | {"avx512f"}).dtype == "float32"  # AVX-512 without BF16
+    assert dtype.choose(frozenset()).dtype == "float32"  # unknown CPU: the safe one
+
+
+def test_the_gpu_gets_its_native_type_and_an_override_always_wins():
+    assert dtype.choose(ZEN3, cuda=True, cuda_bf16=True).dtype == "bfloat16"
+    assert dtype.choose(ZEN3, cuda=True, cuda_bf16=False).dtype == "float16"
+    forced = dtype.choose(ZEN3, override="bfloat16")
+    assert forced.dtype == "bfloat16" and "--vllm-arg" in forced.reason
+    assert dtype.choose(SAPPHIRE, override="float32").dtype == "float32"
+    with pytest.raises(ValueError, match="dtype 'fp8' is not one of"):
+        dtype.choose(ZEN3, override="fp8")
+
+
+def test_engine_args_carry_the_choice_and_the_operators_dtype_last():
+    cfg = EngineConfig()
+    assert engine_args(cfg, "m", 2048, on_cpu=True, dtype="float32")["dtype"] == "float32"
+    forced = EngineConfig(vllm_args=parse_vllm_args(["dtype=bfloat16"]))
+    assert engine_args(forced, "m", 2048, on_cpu=True, dtype="float32")["dtype"] == "bfloat16"
+
+
+def test_this_hosts_flags_are_read():
+    flags = dtype.host_cpu_flags()
+    assert isinstance(flags, frozenset)
+    expected = "bfloat16" if flags & set(dtype.NATIVE_BF16_FLAGS) else "float32"
+    assert dtype.choose(flags).dtype == expected
