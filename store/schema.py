@@ -226,6 +226,9 @@ CREATE INDEX IF NOT EXISTS rank_ticks_run ON rank_ticks (run_id);
 -- The floating-point type the model ran in and why (engine/dtype.py); NULL: simulated.
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS dtype VARCHAR;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS dtype_reason VARCHAR;
+-- Where a frame's session came from: the run's load kind, or "gateway" for a remote client
+-- (a frame the load client recorded: "client").
+ALTER TABLE frames ADD COLUMN IF NOT EXISTS origin VARCHAR;
 """
 
 TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models", "settings_history",
