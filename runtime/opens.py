@@ -28,11 +28,14 @@ class OpenBudget:
         self._opens: dict[int, int] = {}  # tick index → sessions starting in it
         self.deferred = 0  # opens moved to a later tick than asked (a count for the record)
 
-    def place(self, start_s: float, others_started: bool = True) -> float:
+    def place(self, start_s: float, live_starts=None) -> float:
         """The run-relative start to use for a session asked to start at `start_s`: the same
-        phase within its tick, in the first tick that still has room. `others_started`: some
-        live session started before that tick (else nobody is there to protect)."""
+        phase within its tick, in the first tick that still has room. `live_starts`: the live
+        sessions' starts; unless one started before that tick nobody is there to protect
+        (None: assume someone is)."""
         tick = math.floor(start_s / self.frame_s + 1e-9)
+        others_started = live_starts is None or any(
+            s < tick * self.frame_s - 1e-9 for s in live_starts)
         for old in [k for k in self._opens if k < tick - 1]:
             del self._opens[old]  # starts are asked in time order: older ticks are done
         shift = 0
