@@ -153,9 +153,11 @@ def silent_chart(df: pd.DataFrame, x_domain=None, marks: Marks | None = None) ->
         title="Silent frames per second")
 
 
-def sessions_chart(ticks: pd.DataFrame, x_domain=None, marks: Marks | None = None
-                   ) -> alt.Chart:
-    """Live sessions against the admission cap, per time bucket."""
+def sessions_chart(ticks: pd.DataFrame, x_domain=None, marks: Marks | None = None,
+                   n_star: int | None = None) -> alt.Chart:
+    """Live sessions against the admission cap on one axis, per time bucket, so it shows which
+    binds (the cap at or under live: admission holds; far above it: the offered load does),
+    with N* (where the controller held live at the target) as a rule when there is one."""
     long = _melt(ticks, ["live", "limit_sessions"], "series", "sessions").replace(
         {"series": {"live": "live sessions", "limit_sessions": "cap (limit)"}})
     lines = alt.Chart(long).mark_line(interpolate="step-after").encode(
@@ -165,7 +167,9 @@ def sessions_chart(ticks: pd.DataFrame, x_domain=None, marks: Marks | None = Non
                   scale=alt.Scale(domain=["live sessions", "cap (limit)"])),
         tooltip=[alt.Tooltip("t:Q", title="t (s)"), "series:N", "sessions:Q"],
     )
-    return alt.layer(lines, *mark_layers(marks, x_domain)).properties(
+    rules = () if n_star is None else _rules(
+        pd.DataFrame({"label": [f"N* = {n_star}"], "n": [n_star]}), "n")
+    return alt.layer(lines, *rules, *mark_layers(marks, x_domain)).properties(
         title="Live sessions and cap")
 
 

@@ -12,6 +12,9 @@ import logging
 import os
 import sys
 
+from app.cli_gateway import add_parsers as _gateway_parsers
+from app.cli_gateway import cmd_load as _cmd_load
+from app.cli_gateway import cmd_serve as _cmd_serve
 from app.cli_run import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -218,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     archive.add_argument("--older-than-days", type=_positive_float, required=True)
     archive.add_argument("--db", default=None)
 
+    _gateway_parsers(sub, _run_arguments, _positive_float)
+
     build = sub.add_parser("build-model", help="build or convert a bundled model into the cache")
     build.add_argument("name", choices=["tiny", "smollm2"])
     build.add_argument("--seed", type=int, default=0)
@@ -234,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                 "build-model": _cmd_build, "report": _cmd_report, "scheduler": _cmd_scheduler,
                 "schedule": _cmd_schedule, "archive": _cmd_archive,
                 "forecast": _cmd_forecast, "calibrate": _cmd_calibrate,
-                "demo": _cmd_demo}[args.command](args)
+                "demo": _cmd_demo, "serve": _cmd_serve, "load": _cmd_load}[args.command](args)
     except (ValueError, RuntimeError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"metronome: error: {message}", file=sys.stderr)

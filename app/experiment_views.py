@@ -94,21 +94,32 @@ def n_star(cur, row: dict) -> None:
     ticks = queries.tick_buckets(cur, row["run_id"], views.bucket_for(float(row["duration_s"])))
     converged = experiments.converged_cap(ticks)
     cal = calibration.stored(cur, row["engine"], row["model"])
-    a, b = st.columns(2)
-    a.metric("converged cap N* (median cap over the last third)", converged)
+    rep = experiments.n_star_report(summary, None if cal is None else cal.n_c,
+                                    experiments.silent_at_cap(cur, summary))
+    a, b, c, d = st.columns(4)
+    a.metric("N* (held at the target)", "—" if rep["n_star"] is None else rep["n_star"],
+             help=views.N_STAR_HELP)
+    a.caption("never settled at the target" if rep["n_star"] is None else
+              f"from {rep['n_star_at_s']:.0f} s for {rep['n_star_for_s']:.0f} s")
+    b.metric("converged cap (median cap over the last third)", converged)
+    c.metric("silent frames at the cap", "—" if rep["silent_at_cap"] is None
+             else f"{rep['silent_at_cap']:.1%}")
+    c.caption(f"p95 {rep['p95'] or '—'}")
     if cal is None:
-        b.caption(f"{row['engine']}/{row['model']} is not calibrated on this machine: no "
+        d.caption(f"{row['engine']}/{row['model']} is not calibrated on this machine: no "
                   "compute limit N_c to compare with (Calibrate above)")
     else:
-        b.metric(f"N* / N_c (compute limit {cal.n_c}, {cal.label()})",
-                 "—" if converged is None or not cal.n_c else f"{converged / cal.n_c:.2f}")
+        d.metric(f"N* / N_c (compute limit {cal.n_c}, {cal.label()})",
+                 "—" if rep["ratio"] is None else f"{rep['ratio']:.2f}")
     if summary["rejected"] == 0:
         st.warning("No session was ever rejected: demand never reached the cap, so this is the "
                    "offered load, not N*. Raise the arrival rate or the session length.")
-    st.altair_chart(charts.limit_chart(ticks, converged, (0.0, float(row["duration_s"]))),
+    mark = converged if rep["n_star"] is None else rep["n_star"]
+    st.altair_chart(charts.limit_chart(ticks, mark, (0.0, float(row["duration_s"]))),
                     width="stretch")
     st.dataframe(pd.DataFrame([{k: summary[k] for k in (
-        "admitted", "rejected", "p95_ms", "silent_rate", "on_time_rate", "stalled")}]),
+        "n_star", "n_star_at_s", "admitted", "rejected", "p95_ms", "p95_censored",
+        "silent_rate", "on_time_rate", "stalled")}]),
         hide_index=True)
 
 

@@ -5,7 +5,8 @@ results back from the store by the run ids the host returned.
 
 - cliff vs slope: the same seeded load, unbounded then windowed.
 - collapse: that pair repeated over n seeds; how many of each stalled (the paper's 14/20 vs 0/20).
-- N* discovery: a ramp with AIMD admission; the cap it converges to.
+- N* discovery: Poisson arrivals with AIMD admission; N*, the live count it held at the target
+  (control/nstar.py), against the calibrated compute limit N_c.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import replace
 import pandas as pd
 
 from runtime import RunConfig
+from store import queries
 
 KINDS = ("cliff vs slope", "collapse", "N* discovery")
 
@@ -51,6 +53,30 @@ def n_star(base: RunConfig, window: int, sinks: int) -> list[RunConfig]:
     offered = max(1, math.ceil(base.arrival_rate * base.duration_s))
     return [replace(base, load="poisson", sessions=offered, admission="aimd", policy="window",
                     window=window, sinks=sinks)]
+
+
+def n_star_report(summary: dict, n_c: int | None, silent_at_cap: float | None) -> dict:
+    """What N* discovery reports: N* (the live count held at the target over the last stable
+    stretch; None: it never settled), when and for how long, N_c and N*/N_c, the silent share
+    of frames over that stretch (`silent_at_cap`, from the store) and the run's p95, censored
+    shown as "> budget" (its rank among frames with no answer: not a number)."""
+    n_star = summary.get("n_star")
+    p95 = (f"> {summary['budget_ms']:g} ms (budget)" if summary.get("p95_censored")
+           else None if summary.get("p95_ms") is None else f"{summary['p95_ms']:.1f} ms")
+    return {"n_star": n_star, "n_star_at_s": summary.get("n_star_at_s"),
+            "n_star_for_s": summary.get("n_star_for_s"), "n_c": n_c,
+            "ratio": None if n_star is None or not n_c else round(n_star / n_c, 2),
+            "silent_at_cap": silent_at_cap, "p95": p95, "silent_rate": summary["silent_rate"],
+            "rejected": summary["rejected"], "admitted": summary["admitted"]}
+
+
+def silent_at_cap(cur, summary: dict, interval_s: float = 1.0) -> float | None:
+    """The silent share of frames submitted over the stretch N* was held (None: no N*)."""
+    if summary.get("n_star") is None:
+        return None
+    start = float(summary["n_star_at_s"]) - interval_s  # its first sample closed an interval
+    return queries.silent_share_after(cur, summary["run_id"], start,
+                                      start + interval_s + float(summary["n_star_for_s"]))
 
 
 def converged_cap(ticks: pd.DataFrame) -> int | None:

@@ -175,17 +175,32 @@ def _int(x) -> int | None:
 def gauges(data: LiveData) -> None:
     """Sessions, cap, admission counters, ρ and the t_sat countdown from the newest tick."""
     tick = data.tick
-    cols = st.columns(7)
+    cols = st.columns(8)
     if tick is None:
         cols[0].metric("live sessions", "—")
         return
     cols[0].metric("live sessions", int(tick["live"]))
-    cols[1].metric("cap (limit)", int(tick["limit_sessions"]))
-    cols[2].metric("admitted", int(tick["admitted"]))
-    cols[3].metric("rejected", int(tick["rejected"]))
-    cols[4].metric("evicted", int(tick["evicted"]))
-    cols[5].metric("pool ρ", f"{tick['occupancy']:.2f}")
-    cols[6].metric("t_sat (ρ → 1)", tsat_text(tick))
+    cols[1].metric("cap (limit)", int(tick["limit_sessions"]), help=binds_text(tick))
+    n_star = _int(tick.get("n_star"))
+    cols[2].metric("N*", "—" if n_star is None else n_star, help=N_STAR_HELP)
+    cols[3].metric("admitted", int(tick["admitted"]))
+    cols[4].metric("rejected", int(tick["rejected"]))
+    cols[5].metric("evicted", int(tick["evicted"]))
+    cols[6].metric("pool ρ", f"{tick['occupancy']:.2f}")
+    cols[7].metric("t_sat (ρ → 1)", tsat_text(tick))
+
+
+N_STAR_HELP = ("the live sessions the admission controller held at the latency target over "
+               "its last stable stretch (≥ 5 control intervals, live within ±1, the cap "
+               "binding, p95 ≤ 1.05 × target); — until there is one, and for a fixed cap")
+
+
+def binds_text(tick: dict) -> str:
+    """Which one holds the live count now: the cap (admission) or the offered load."""
+    live, cap = int(tick["live"]), int(tick["limit_sessions"])
+    if live >= cap - 1:
+        return f"the cap binds: {live} live at a cap of {cap} (arrivals wait or are turned away)"
+    return f"the offered load binds: {cap - live} more sessions would be admitted now"
 
 
 def tsat_text(tick: dict) -> str:
@@ -246,7 +261,8 @@ def run_charts(data: LiveData) -> None:
             st.error(text)
         st.altair_chart(charts.rank_occupancy_chart(data.ranks, x, data.marks), width="stretch")
     left, right = st.columns(2)
-    left.altair_chart(charts.sessions_chart(data.ticks, x, data.marks), width="stretch")
+    n_star = None if tick is None else _int(tick.get("n_star"))
+    left.altair_chart(charts.sessions_chart(data.ticks, x, data.marks, n_star), width="stretch")
     image, caption = charts.session_wall_image(data.wall, x[1], data.bucket_s)
     right.markdown(f"**{WALL_TITLE}**")
     right.image(image, caption=caption, width="stretch")

@@ -98,7 +98,17 @@ class AIMDConfig:
 
 
 class AIMDLimit(_TargetedLimit):
-    """Additive increase while latency has headroom, multiplicative decrease on a drop."""
+    """Additive increase while latency has headroom, a decrease anchored on live sessions.
+
+    Netflix's AIMD cuts `limit × backoff` on every bad sample: right for requests that finish
+    in milliseconds, wrong for sessions that stay for minutes and are never evicted, where a cap
+    cut below the live count serves no one and only starves the next arrivals (issue 24: the
+    cap decayed to 1 under 20 live sessions served at the target). So, as the paper's gateway:
+    - over target or a drop: cut to min(limit, ⌊backoff · live⌋), never below that anchor
+      while those sessions stay (repeated bad samples at the same live count do not decay it);
+    - latency has room: the cap is at least the live count (it follows live back up after a
+      cut, so a session that leaves is replaced at once), and grows by `increase` when live is
+      within `headroom` of it (a cap nobody uses is not grown)."""
 
     kind = "aimd"
 
@@ -114,9 +124,12 @@ class AIMDLimit(_TargetedLimit):
         cfg = self.config
         old = self._limit
         if dropped or latency_ms > self.target_ms:
-            self._limit = max(cfg.min_limit, math.floor(self._limit * cfg.backoff))
-        elif inflight >= self._limit - cfg.headroom:
-            self._limit = min(cfg.max_limit, self._limit + cfg.increase)
+            anchor = math.floor(cfg.backoff * inflight)
+            self._limit = max(cfg.min_limit, min(self._limit, anchor))
+        else:
+            base = max(self._limit, inflight)
+            grow = cfg.increase if inflight >= base - cfg.headroom else 0
+            self._limit = min(cfg.max_limit, base + grow)
         self._notify(old, self._limit)
         return self._limit
 
@@ -129,6 +142,9 @@ class GradientConfig:
     target_fraction: float = 0.8
     smoothing: float = 0.2  # weight of the new estimate
     tolerance: float = 1.0  # latency may reach tolerance·target before the gradient bites
+    # A cut never takes the estimate below ⌊anchor · live⌋ (as AIMD's backoff anchor): live
+    # sessions stay for minutes, so a gradient just over 1 must not decay the cap under them.
+    anchor: float = 0.9
 
     def __post_init__(self) -> None:
         _check_bounds(self.initial, self.min_limit, self.max_limit)
@@ -138,11 +154,14 @@ class GradientConfig:
             raise ValueError(f"smoothing {self.smoothing} must be in (0, 1]")
         if not 1 <= self.tolerance <= 2:
             raise ValueError(f"tolerance {self.tolerance} must be in [1, 2]")
+        if not 0 <= self.anchor < 1:
+            raise ValueError(f"anchor {self.anchor} must be in [0, 1) of the live sessions")
 
 
 class GradientLimit(_TargetedLimit):
     """Gradient (Envoy / Netflix Gradient2 family): scale the cap by target/measured latency,
-    plus a √limit queue allowance so it can probe upwards when latency has headroom."""
+    plus a √limit queue allowance so it can probe upwards when latency has headroom. A cut
+    stops at ⌊anchor · live⌋, so sessions that stay do not see the cap decay under them."""
 
     kind = "gradient"
 
@@ -164,8 +183,10 @@ class GradientLimit(_TargetedLimit):
         # Only probe upwards when the cap is actually in use (as AIMD does).
         queue = math.sqrt(self._estimate) if inflight >= self.limit - 1 and gradient >= 1 else 0.0
         new = self._estimate * gradient + queue
-        self._estimate = (1 - cfg.smoothing) * self._estimate + cfg.smoothing * new
-        self._estimate = min(cfg.max_limit, max(cfg.min_limit, self._estimate))
+        estimate = (1 - cfg.smoothing) * self._estimate + cfg.smoothing * new
+        if estimate < self._estimate:  # a cut stops at the live anchor (or where it already was)
+            estimate = max(estimate, min(self._estimate, math.floor(cfg.anchor * inflight)))
+        self._estimate = min(cfg.max_limit, max(cfg.min_limit, estimate))
         self._notify(old, self.limit)
         return self.limit
 

@@ -7,7 +7,8 @@ vLLM (see DESIGN.md, "stock behaviour to reproduce"):
 - a paused session (no frame in flight) keeps its blocks and is never preempted;
 - a chunk that cannot get the blocks it needs waits; when every session waits, the pool is
   stalled with 0 running and nothing heals it.
-Cost model per engine step: step_ms = a + b·tokens_in_step + c·resident_tokens.
+Cost model per engine step: step_ms = a + b·tokens_in_step + c·resident_tokens + open·opens,
+`opens` the requests whose first chunk the step starts (a session's open, a rollover's reopen).
 """
 
 from __future__ import annotations
@@ -28,18 +29,21 @@ class CostModel:
     b_ms_per_token: float = 0.05  # per token computed in the step (prefill + decode)
     c_ms_per_resident_token: float = 0.0005  # per KV token the step's requests attend over
     source: str = "default"  # "default" or the run_id it was fitted from
+    # Per new request in the step beyond its tokens (creating and scheduling it). Not fitted:
+    # the step stats do not say which step carried a first chunk. 0 until measured on vLLM.
+    open_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("a_ms", "b_ms_per_token", "c_ms_per_resident_token"):
+        for name in ("a_ms", "b_ms_per_token", "c_ms_per_resident_token", "open_ms"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"cost coefficient {name} = {value} must be finite and ≥ 0")
         if self.a_ms == 0 and self.b_ms_per_token == 0:
             raise ValueError("cost model needs a_ms > 0 or b_ms_per_token > 0 (steps take time)")
 
-    def step_ms(self, tokens_in_step: int, resident_tokens: int) -> float:
+    def step_ms(self, tokens_in_step: int, resident_tokens: int, opens: int = 0) -> float:
         return (self.a_ms + self.b_ms_per_token * tokens_in_step
-                + self.c_ms_per_resident_token * resident_tokens)
+                + self.c_ms_per_resident_token * resident_tokens + self.open_ms * opens)
 
 
 @dataclass
@@ -47,6 +51,7 @@ class _Chunk:
     handle: FrameHandle
     prompt_left: int
     out_left: int
+    first: bool = False  # the session's first chunk: a new request, charged open_ms once
 
 
 @dataclass
@@ -178,7 +183,8 @@ class TwinEngine(Engine):
             raise ValueError(f"session {session_id} is not open")
         check_frame(token_ids, max_new, self._vocab_size)
         handle = FrameHandle(session_id, self.now(), max_new)
-        session.chunks.append(_Chunk(handle, len(token_ids), max_new))
+        first = session.tokens == 0 and not session.chunks
+        session.chunks.append(_Chunk(handle, len(token_ids), max_new, first))
         return handle
 
     def close(self, session_id: int) -> None:
@@ -188,9 +194,8 @@ class TwinEngine(Engine):
         rank = self._ranks[session.rank]
         del rank.sessions[session_id]
         rank.free += session.blocks
-        now = self.now()
         for chunk in session.chunks:
-            chunk.handle.finish(now, "closed")
+            chunk.handle.finish(self.now(), "closed")
 
     def _rank_pool(self, rank: _Rank, t: float) -> PoolStats:
         total = self.config.pool_blocks
@@ -261,7 +266,8 @@ class TwinEngine(Engine):
             return False
         tokens_in_step = sum(n for _, _, n in scheduled)
         resident = sum(min(s.tokens + n, self._window_tokens(s)) for s, _, n in scheduled)
-        dt_ms = self.cost.step_ms(tokens_in_step, resident)
+        opens = sum(1 for _, c, _ in scheduled if c.first)
+        dt_ms = self.cost.step_ms(tokens_in_step, resident, opens)
         rank.t += dt_ms / 1e3
         used = self.config.pool_blocks - rank.free
         self._steps.append({"t": rank.t, "step_ms": dt_ms,
@@ -273,6 +279,7 @@ class TwinEngine(Engine):
             del self._steps[:50_000]
         for session, chunk, n_tokens in scheduled:
             session.tokens += n_tokens
+            chunk.first = False
             if chunk.prompt_left:
                 chunk.prompt_left -= n_tokens
                 if chunk.prompt_left:
@@ -286,16 +293,13 @@ class TwinEngine(Engine):
         return True
 
     def _window_tokens(self, session: _TwinSession) -> int:
-        if self._policy.kind == "window":
-            return self._policy.window_tokens + self._policy.sink_tokens
-        return 1 << 62
+        policy = self._policy
+        return policy.window_tokens + policy.sink_tokens if policy.kind == "window" else 1 << 62
 
 
 def fit_cost_model(steps: list[dict], source: str = "fit") -> tuple[CostModel, dict]:
-    """Least squares of step_ms on [1, tokens_in_step, resident_tokens], coefficients ≥ 0.
-
-    Returns the model and fit facts (n_steps, r2). Raises ValueError with fewer than 20 steps.
-    """
+    """Least squares of step_ms on [1, tokens_in_step, resident_tokens], coefficients ≥ 0:
+    the model and fit facts (n_steps, r2). Raises ValueError with fewer than 20 steps."""
     import numpy as np
 
     if len(steps) < 20:

@@ -1,5 +1,6 @@
-"""The load: when sessions arrive (fixed, ramp, Poisson, WAV replay, microphone) and each
-session's frame source; synthetic token frames live here, audio sources in wav.py and mic.py."""
+"""The load: when sessions arrive (fixed, ramp, Poisson, WAV replay, microphone, gateway) and
+each session's frame source; synthetic token frames live here, audio sources in wav.py, mic.py
+and remote.py (a gateway client's audio: its sessions arrive when clients connect)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from load_gen.frames import FrameSource
 from load_gen.generated import SyntheticFrames, planned_arrivals, session_seed
 from load_gen.tokenizer import frame_tokenizer
 
-LOADS = ("fixed", "ramp", "poisson", "wav", "mic", "replay")
-AUDIO_LOADS = ("wav", "mic")
+LOADS = ("fixed", "ramp", "poisson", "wav", "mic", "replay", "gateway")
+AUDIO_LOADS = ("wav", "mic", "gateway")
 MIN_AUDIO_FRAME_MS = 10.0  # codecs frame at 10 ms or more; shorter frames hold too few samples
 
 
@@ -69,7 +70,7 @@ class LoadConfig:
             if self.wav_dir is None:
                 raise ValueError("load wav needs --wav-dir (a folder of .wav files)")
             wav.load_folder(self.wav_dir, self.sample_rate_hz)  # decoded once, then cached
-        else:
+        elif self.kind == "mic":
             mic.system_input(self.mic_device, self.sample_rate_hz)
 
 
@@ -92,6 +93,8 @@ def arrival_times(cfg: LoadConfig) -> list[float]:
         from load_gen import replay
 
         return list(replay.trace_for(cfg).arrivals)
+    if cfg.kind == "gateway":
+        return []  # clients arrive when they connect (runtime/remote.py)
     return planned_arrivals(cfg.kind, cfg.sessions, cfg.arrival_rate, cfg.duration_s, cfg.seed,
                             cfg.frame_ms)
 
@@ -103,6 +106,8 @@ def make_frame_source(load: LoadConfig, session_id: int, vocab_size: int,
         from load_gen import replay
 
         return replay.ReplayFrames(replay.trace_for(load), session_id, load.seed, vocab_size)
+    if load.kind == "gateway":
+        raise ValueError("a gateway session's frames come from its client (load_gen.remote)")
     if load.kind not in AUDIO_LOADS:
         return SyntheticFrames(session_seed(load.seed, session_id), vocab_size, tokens_in)
     tokenizer = frame_tokenizer(load.sample_rate_hz, load.frame_ms, tokens_in, vocab_size)

@@ -108,6 +108,11 @@ class RunConfig:
     stall_guard: bool = False  # evict the largest session when the pool stalls
     memory_guard: bool = False  # refuse sessions whose KV would fill the pool in their lifetime
     control_interval_s: float = 1.0
+    # Session opens per tick (runtime/opens.py): the rest start at the next tick with room,
+    # never rejected. 2: the 6/s ramp needs 0.48 opens per 80 ms tick, so steady
+    # arrivals wait at most a tick, while a burst of 20 spreads over 10 ticks (0.8 s) instead
+    # of putting 20 first chunks into the step every live session's frame shares.
+    open_budget: int = 2
     paced: bool = False  # twin only: run in wall-clock time instead of as fast as possible
     # Data parallelism: ranks, each with its own pool of pool_blocks (the vLLM backend also
     # takes `--vllm-arg data_parallel_size=N`), and where a new session goes: "engine" (the
@@ -138,6 +143,10 @@ class RunConfig:
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} {flag!r} must be true or false")
         _positive("control interval", self.control_interval_s, " s")
+        if isinstance(self.open_budget, bool) or not isinstance(self.open_budget, int) \
+                or not 1 <= self.open_budget <= 1024:
+            raise ValueError(f"open budget {self.open_budget!r} must be an integer in [1, 1024] "
+                             "sessions per tick")
         if not self.duration_s <= MAX_DURATION_S:
             raise ValueError(f"duration {self.duration_s:g} s must be in (0, {MAX_DURATION_S:.0f}] "
                              "(a week)")

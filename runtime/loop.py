@@ -26,6 +26,7 @@ import uuid
 
 from control.admission import Gate, MemoryGuard, MemoryGuardConfig
 from control.limits import Limit, WindowedLimit, make_limit
+from control.nstar import NStarTracker
 from control.placement import Placer
 from engine.contract import Engine
 from load_gen import arrival_times
@@ -33,6 +34,7 @@ from runtime.changes import LiveChanges
 from runtime.config import RunConfig
 from runtime.ranks import RankTelemetry, first_stall
 from runtime.record import Recorder
+from runtime.remote import ORIGIN
 from runtime.sessions import Sessions
 from runtime.summary import summarise, write_run_end, write_run_start
 from runtime.telemetry import EngineFailed, Telemetry
@@ -41,7 +43,8 @@ logger = logging.getLogger(__name__)
 
 # At equal times: a scheduled change is requested first (so that tick applies it), then the
 # tick samples the state the previous frames left, then arrivals and frames.
-_ORDER = {"change": 0, "tick": 1, "arrive": 2, "frame": 3}
+# Polls (remote clients: admission, opening, deltas) come last: they see the frames just sent.
+_ORDER = {"change": 0, "tick": 1, "arrive": 2, "frame": 3, "poll": 4}
 FINAL_FLUSH_TIMEOUT_S = 60.0
 
 __all__ = ["EngineFailed", "Runner"]
@@ -50,10 +53,11 @@ __all__ = ["EngineFailed", "Runner"]
 class Runner:
     """Runs one experiment to completion (or stop) and records it in the store.
 
-    `observers` receive every frame, tick and event row as well (`observe(table, row)`)."""
+    `observers` receive every frame, tick and event row as well (`observe(table, row)`).
+    `inlet` (runtime.remote.Inlet): clients from outside the process join as sessions."""
 
     def __init__(self, config: RunConfig, engine: Engine, store, run_id: str | None = None,
-                 observers=()) -> None:
+                 observers=(), inlet=None) -> None:
         self.config = config
         self.engine = engine
         self.store = store
@@ -72,11 +76,18 @@ class Runner:
         self.control = WindowedLimit(limit, config.control_interval_s, min_samples=5)
         guard = MemoryGuard(MemoryGuardConfig()) if config.memory_guard else None
         self.gate = Gate(limit, guard)
-        self.recorder = Recorder(self.run_id, config, store.writer, observers)
+        # N* from the same samples the limit sees; a cap at `sessions` is the offer's ceiling.
+        self.n_star = NStarTracker(ceiling=max(config.sessions, 1))
+        self.inlet = inlet
+        self.recorder = Recorder(self.run_id, config, store.writer,
+                                 (*observers, inlet) if inlet is not None else observers)
         # Built once: validating a load reads its folder or probes its device.
         load = config.load_config()
         self._arrivals = arrival_times(load)
         self.sessions = Sessions(config, engine, self.recorder, self.gate, self.control, load)
+        if inlet is not None:  # its clients are numbered after the planned arrivals
+            inlet.attach(len(self._arrivals))
+            self.sessions.on_close = inlet.session_closed
         self.telemetry = Telemetry(config, engine, self.recorder)
         self.ranks = RankTelemetry(config, engine, self.recorder)
         self.placer = Placer(config.placement)
@@ -137,6 +148,8 @@ class Runner:
             for change in cfg.changes:
                 self._push(change.at_s, "change", change)
             self._push(0.0, "tick", 0)  # each tick pushes the next: the heap stays small
+            if self.inlet is not None:
+                self._push(0.0, "poll", 0)
             while self._heap and not self._stop.is_set():
                 t_rel, _, _, kind, payload = heapq.heappop(self._heap)
                 if t_rel >= cfg.duration_s - 1e-9:
@@ -149,6 +162,9 @@ class Runner:
                     self._request_scheduled(payload, t_rel)
                 elif kind == "arrive":
                     self._on_arrive(payload, t_rel)
+                elif kind == "poll":
+                    self.inlet.poll(self, t_rel)
+                    self._push(t_rel + self.inlet.poll_s, "poll", 0)
                 else:
                     next_at = self.sessions.on_frame(payload, t_rel)
                     if next_at is not None:
@@ -168,6 +184,8 @@ class Runner:
             end_rel = min(end_rel, cfg.duration_s)
         self.changes.settle(end_rel)
         self.sessions.close_all(end_rel)
+        if self.inlet is not None:
+            self.inlet.finish()
         # A stalled rank is a stall, whatever the engine-wide pool reads.
         stall_at = self.telemetry.first_stall_at
         ranks = self.ranks.summary(stall_at)
@@ -185,8 +203,10 @@ class Runner:
                 if n > lost_before.get(table, 0)}
         self.summary = summarise(
             self.recorder, self.store.cursor(), self.engine, status=status, reason=reason,
-            end_rel=end_rel, sessions_offered=len(self._arrivals), gate=self.gate,
-            final_limit=self.gate.limit.limit, stall_at=stall_at,
+            end_rel=end_rel, gate=self.gate,
+            sessions_offered=len(self._arrivals) + (self.inlet.offered if self.inlet else 0),
+            final_limit=self.gate.limit.limit, n_star=self.n_star.value, stall_at=stall_at,
+            opens_deferred=self.sessions.opens.deferred,
             ranks={"ranks": ranks, "stalled_rank": stalled_rank,
                    "data_parallel_size": self.ranks.n, "placement": cfg.placement},
             max_resident_blocks=self.sessions.max_resident_blocks(),
@@ -217,6 +237,18 @@ class Runner:
                                     payload))
 
     def _on_arrive(self, session_id: int, t_rel: float) -> None:
+        ticket, pin = self.admit(session_id, t_rel)
+        if ticket is not None:
+            self._push(self.sessions.open(session_id, ticket, t_rel, pin), "frame", session_id)
+
+    def open_remote(self, session_id: int, ticket, start: float, source, pin) -> None:
+        """An admitted remote client's session, its frames from `start` (runtime.remote)."""
+        at = self.sessions.open(session_id, ticket, start, pin, source, start, ORIGIN)
+        self._push(at, "frame", session_id)
+
+    def admit(self, session_id: int, t_rel: float, origin: str | None = None):
+        """The gate's answer to one arrival: (Ticket or None, the rank to pin it to); a refusal
+        is a `reject` event."""
         rank, pin = None, None
         if self.ranks.active:
             # The guard weighs the rank the session would land on; where the engine places,
@@ -234,9 +266,9 @@ class Runner:
         if ticket is None:
             self.recorder.event(t_rel, "reject", session_id=session_id,
                                 reason=self.gate.last_rejection, limit=self.gate.limit.limit,
-                                occupancy=round(memory["rho_now"], 4), rank=rank)
-            return
-        self._push(self.sessions.open(session_id, ticket, t_rel, pin), "frame", session_id)
+                                occupancy=round(memory["rho_now"], 4), rank=rank,
+                                origin=origin or self.config.load)
+        return ticket, pin
 
     def _on_tick(self, k: int, t_rel: float) -> None:
         now = self.engine.now()
@@ -252,11 +284,16 @@ class Runner:
                     self.telemetry.reset_stall()
         elif sample.stalled and self.changes.stall_guard and self.sessions.evict_largest(t_rel):
             self.telemetry.reset_stall()
-        self.control.maybe_sample(now, len(self.sessions.live))
+        live = len(self.sessions.live)
+        if self.control.maybe_sample(now, live) and self.gate.limit.kind != "fixed":
+            # A fixed cap is the operator's, not a controller's: it has no N*.
+            self.n_star.add(t_rel, live, self.gate.limit.limit, self.control.last_p95_ms,
+                            self.changes.target * self.config.budget)
+        n_star = self.n_star.value
         self.telemetry.write_tick(
-            k, sample, live=len(self.sessions.live), limit=self.gate.limit.limit,
+            k, sample, live=live, limit=self.gate.limit.limit,
             admitted=self.gate.admitted, rejected=sum(self.gate.rejected.values()),
-            p95_ms=self.control.last_p95_ms)
+            p95_ms=self.control.last_p95_ms, n_star=None if n_star is None else n_star.n_star)
         if self.ranks.active:
             self.ranks.write(k, t_rel, self.sessions.live_by_rank())
         self.progress = min(1.0, t_rel / self.config.duration_s)

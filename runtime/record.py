@@ -88,19 +88,22 @@ class Recorder:
 
     # --- frames -------------------------------------------------------------------------------
     def frame(self, session_id: int, idx: int, t_sub_rel: float, handle: FrameHandle | None,
-              now: float, closing: str | None = None, rank: int | None = None) -> dict:
+              now: float, closing: str | None = None, rank: int | None = None,
+              origin: str | None = None) -> dict:
         """Record one frame whose deadline has passed. `handle` None: the frame could not even
         be submitted (the engine still owed the session's previous one). Returns the row.
 
         `latency_ms` is the true latency when the frame completed by `now`, else None with
         `censored` true: `latency_bound_ms` is then a lower bound (≥ budget), never a value.
         `closing`: why the session is closing when this frame is finalised at its close.
-        `rank`: the data-parallel rank the session lives on (None: unknown)."""
+        `rank`: the data-parallel rank the session lives on (None: unknown); `origin`: where
+        the session came from (the load kind, or "gateway")."""
         cfg = self.config
         budget_s = cfg.budget / 1e3
         row = {"run_id": self.run_id, "session_id": session_id, "frame_idx": idx,
                "t_submit": t_sub_rel, "deadline": t_sub_rel + budget_s,
-               "tokens_expected": cfg.tokens_out, "skipped": handle is None, "rank": rank}
+               "tokens_expected": cfg.tokens_out, "skipped": handle is None, "rank": rank,
+               "origin": origin or cfg.load}
         if handle is None:
             # Never submitted, never answered: its latency is unknown and at least the budget
             # (censored); a gateway with a wait budget answers empty and calls it on time.

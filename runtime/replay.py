@@ -70,7 +70,9 @@ def _from_recording(cur, row: dict, db: str) -> ReplayTrace:
     for i, arrival in enumerate(arrivals):
         start = _start(arrival, i, frame_s, s["stagger"], s["load"])
         rec = recorded.get(i)
-        if rec is not None and abs(rec.start_s - start) > frame_s / 2:
+        # A later start is the open budget deferring it by ticks (runtime/opens.py): the
+        # replay re-offers the arrival, and its own budget defers it again. Earlier is wrong.
+        if rec is not None and rec.start_s - start < -frame_s / 2:
             raise ValueError(f"run {run_id}: session {i} started at {rec.start_s:.3f} s, its "
                              f"settings say {start:.3f} s; it cannot be replayed exactly")
         end = min(s["duration_s"], start + s["session_s"]) if s["session_s"] else s["duration_s"]

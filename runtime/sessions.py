@@ -16,7 +16,9 @@ from control.admission import Ticket
 from engine.contract import Engine, FrameHandle
 from load_gen import make_frame_source
 from runtime.config import RunConfig
+from runtime.opens import OpenBudget
 from runtime.record import Recorder
+from runtime.remote import ORIGIN
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +44,8 @@ class Session:
     tokens_seen: int = 0  # tokens of the in-flight handle already counted in a tick
     max_blocks: int = 0
     rank: int | None = None  # data-parallel rank it lives on (None: the engine did not say)
+    origin: str = "load"  # frames.origin: the run's load kind, or "gateway" for a client
+    underruns: int = 0  # frame times a remote client still owed the audio (retried)
 
 
 class Sessions:
@@ -61,23 +65,32 @@ class Sessions:
         self.max_blocks_closed = 0
         self.tokens_unticked = 0  # tokens of replaced in-flight frames, for the next tick
         self._unticked_by_rank: dict = {}  # the same per rank
+        self.opens = OpenBudget(config.open_budget, self._frame_s)
+        self.on_close = None  # called with (session_id, why) after any close (the inlet)
 
     # --- open ---------------------------------------------------------------------------------
     def open(self, session_id: int, ticket: Ticket, t_rel: float,
-             rank: int | None = None) -> float:
+             rank: int | None = None, source=None, start: float | None = None,
+             origin: str | None = None) -> float:
         """Open an admitted session, pinned to `rank` (None: the engine places it); returns the
-        run-relative time of its first frame."""
+        run-relative time of its first frame. A remote client brings its `source` and `start`
+        (its own frame grid)."""
         cfg = self.config
-        if cfg.stagger:
-            start = t_rel + (session_id % 8) / 8 * self._frame_s if cfg.load == "fixed" else t_rel
-        else:
-            start = math.ceil(t_rel / self._frame_s - 1e-9) * self._frame_s  # next tick
+        if start is None:
+            if cfg.stagger:
+                start = t_rel + (session_id % 8) / 8 * self._frame_s if cfg.load == "fixed" \
+                    else t_rel
+            else:
+                start = math.ceil(t_rel / self._frame_s - 1e-9) * self._frame_s  # next tick
+            # A burst of opens is spread over ticks (a remote client's start is its own).
+            start = self.opens.place(start, [s.start for s in self.live.values()])
         end = start + cfg.session_s if cfg.session_s else math.inf
-        source = make_frame_source(self._load, session_id, self.engine.vocab_size,
-                                   cfg.tokens_in)
+        if source is None:
+            source = make_frame_source(self._load, session_id, self.engine.vocab_size,
+                                       cfg.tokens_in)
         session = Session(session_id, ticket, start, end, source,
                           deque(maxlen=self.history_tokens()), [],
-                          self.engine.policy.sink_tokens)
+                          self.engine.policy.sink_tokens, origin=origin or cfg.load)
         self.engine.open(session_id, rank)
         session.rank = self.engine.session_rank(session_id)
         self.live[session_id] = session
@@ -92,6 +105,13 @@ class Sessions:
         if session is None:
             return None
         now = self.engine.now()
+        if session.origin == ORIGIN and session.record is not None:
+            # A remote frame taken late (its audio came late) keeps its full budget: the next
+            # frame waits for its deadline unless it is already done.
+            handle = session.record[1]
+            due = handle.t_submit - self.recorder.t0 + self._budget_s
+            if t_rel < due - 1e-9 and not handle.done_by(now):
+                return due
         failed = session.inflight is not None and session.inflight.error not in (None, "closed")
         self._finalise(session, now)
         if failed:
@@ -105,12 +125,20 @@ class Sessions:
         # The source advances every period, served or not: speech does not wait for the engine.
         frame = session.frames.next_frame(self._frame_s)
         if frame is None:
-            self.close(session, t_rel, "source ended")
+            self.close(session, t_rel, getattr(session.frames, "end_reason", None)
+                       or "source ended")
             return None
+        if not frame.token_ids:
+            # A remote client still owes this frame's audio: look again soon, on the same grid
+            # (a late frame is taken when it comes, the next one stays due on time).
+            session.underruns += 1
+            return t_rel + self._frame_s / 8
         idx = session.frame_idx
         session.frame_idx += 1
         # From the start time, not by adding periods: no drift against the tick grid.
         next_at = session.start + session.frame_idx * self._frame_s
+        if session.origin == ORIGIN and session.frames.backlog():
+            next_at = min(next_at, t_rel + self._frame_s / 8)  # late audio came in a burst
         if session.inflight is not None and not session.inflight.done_by(now):
             # The engine still owes the previous frame: this one cannot even be submitted.
             self._record(session, idx, t_rel, None, now)
@@ -148,7 +176,7 @@ class Sessions:
     def _record(self, session: Session, idx: int, t_sub_rel: float,
                 handle: FrameHandle | None, now: float, closing: str | None = None) -> None:
         row = self.recorder.frame(session.session_id, idx, t_sub_rel, handle, now, closing,
-                                  session.rank)
+                                  session.rank, session.origin)
         # A censored frame is a drop for the limit whatever its bound says (silent or late).
         self.control.add(now, row["latency_bound_ms"], row["silent"] or row["censored"])
 
@@ -244,7 +272,10 @@ class Sessions:
         self.max_blocks_closed = max(self.max_blocks_closed, session.max_blocks)
         self.gate.release(session.ticket)
         if why not in QUIET_CLOSES:
-            self.recorder.event(t_rel, "close", session_id=session.session_id, reason=why)
+            self.recorder.event(t_rel, "close", session_id=session.session_id, reason=why,
+                                underruns=session.underruns)
+        if self.on_close is not None:
+            self.on_close(session.session_id, why)
 
     def close_all(self, t_rel: float) -> None:
         for session in list(self.live.values()):

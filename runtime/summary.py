@@ -57,12 +57,14 @@ def write_run_end(recorder: Recorder, summary: dict) -> None:
 def summarise(recorder: Recorder, cursor, engine: Engine, *, status: str, reason: str | None,
               end_rel: float, sessions_offered: int, gate, final_limit: int,
               stall_at: float | None, max_resident_blocks: int, settings: dict,
-              changes: list[dict], store: dict, ranks: dict | None = None) -> dict:
+              changes: list[dict], store: dict, ranks: dict | None = None,
+              n_star=None, opens_deferred: int = 0) -> dict:
     """The run's JSON (the fields every CLI run prints). `settings` are the live values at the
     end (policy, window, sinks, target, admission, stall_guard), `changes` the live changes in
     order, `store` what the writer lost during the run (rows_lost, store_errors), `ranks` the
     data-parallel fields (data_parallel_size, placement, ranks: per-rank max_occupancy,
-    stalled, stall_at_s, frames, silent_frames; stalled_rank: the first to stall)."""
+    stalled, stall_at_s, frames, silent_frames; stalled_rank: the first to stall), `n_star`
+    the controller's control.nstar.NStar (None: no stable stretch at the target)."""
     cfg = recorder.config
     tot = recorder.totals
     frames = tot.frames
@@ -95,6 +97,8 @@ def summarise(recorder: Recorder, cursor, engine: Engine, *, status: str, reason
         "sessions_offered": sessions_offered,
         "admitted": gate.admitted, "rejected": sum(gate.rejected.values()),
         "evicted": tot.evicted, "rollovers": tot.rollovers,
+        # Admitted sessions whose start waited for a tick with room in the open budget.
+        "open_budget": cfg.open_budget, "opens_deferred": opens_deferred,
         "frames": frames, "silent_frames": tot.silent,
         # Censored: no answer when finalised, latency unknown (≥ budget); a percentile whose
         # rank falls among them is null with its *_censored flag set: "> budget".
@@ -118,6 +122,11 @@ def summarise(recorder: Recorder, cursor, engine: Engine, *, status: str, reason
         "tsat_observed_s": next((round(t, 3) for t, r in zip(occ_t, occ_rho) if r >= 0.99),
                                 None),
         "final_limit": final_limit,
+        # The live count the controller held at the target over the run's last stable stretch
+        # (control/nstar.py says what stable means); null when it never settled there.
+        "n_star": None if n_star is None else n_star.n_star,
+        "n_star_at_s": None if n_star is None else n_star.at_s,
+        "n_star_for_s": None if n_star is None else n_star.for_s,
         "twin_cost_source": engine.cost_source,
         "tick_overruns": tot.overruns, "max_overrun_ms": round(tot.max_overrun_ms, 3),
         "target": settings["target"], "admission": settings["admission"],

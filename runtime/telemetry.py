@@ -73,7 +73,7 @@ class Telemetry:
         self._stall = StallDetector(STALL_TICKS)
 
     def write_tick(self, k: int, sample: TickSample, *, live: int, limit: int, admitted: int,
-                   rejected: int, p95_ms: float | None) -> None:
+                   rejected: int, p95_ms: float | None, n_star: int | None = None) -> None:
         """The tick row (after changes and the guard acted), and the engine's step samples."""
         pool = sample.pool
         policy = self.engine.policy
@@ -88,6 +88,7 @@ class Telemetry:
             "admitted": admitted, "rejected": rejected, "evicted": rec.totals.evicted,
             "overrun_ms": sample.overrun_ms, "tokens_out": sample.tokens_out,
             "frames_waiting": sample.frames_owed, "stalled": sample.stalled, "p95_ms": p95_ms,
+            "n_star": n_star,
             **rec.take_tick_silent(),
             "tsat_s": self.occupancy.t_sat_from_now(),
             "rho_slope_per_s": None if fit is None else fit.slope_per_s,

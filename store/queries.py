@@ -107,10 +107,12 @@ def steps(cur, run_id: str) -> list[dict]:
         "FROM steps WHERE run_id = ? ORDER BY t", [run_id]).df().to_dict("records")
 
 
-def silent_share_after(cur, run_id: str, t: float) -> float | None:
-    """The share of frames submitted at or after t (run-relative s) that went silent."""
+def silent_share_after(cur, run_id: str, t: float, until: float | None = None) -> float | None:
+    """The share of frames submitted at or after t (and before `until`, run-relative s) that
+    went silent."""
     n, silent = cur.execute("SELECT count(*), count(*) FILTER (WHERE silent) FROM frames "
-                            "WHERE run_id = ? AND t_submit >= ?", [run_id, t]).fetchone()
+                            "WHERE run_id = ? AND t_submit >= ? AND t_submit < ?",
+                            [run_id, t, float("inf") if until is None else until]).fetchone()
     return silent / n if n else None
 
 
@@ -139,7 +141,7 @@ def tick_buckets(cur, run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
                arg_max(admitted, t) AS admitted, arg_max(rejected, t) AS rejected,
                arg_max(evicted, t) AS evicted, arg_max(tsat_s, t) AS tsat_s,
                arg_max(rho_slope_per_s, t) AS rho_slope_per_s, bool_or(stalled) AS stalled,
-               max(overrun_ms) AS max_overrun_ms
+               max(overrun_ms) AS max_overrun_ms, arg_max(n_star, t) AS n_star
         FROM ticks WHERE run_id = ? GROUP BY 1 ORDER BY 1
         """, [bucket_s, bucket_s, run_id]).df()
 

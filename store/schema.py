@@ -185,6 +185,7 @@ ALTER TABLE ticks ADD COLUMN IF NOT EXISTS silent_compute INTEGER;
 ALTER TABLE ticks ADD COLUMN IF NOT EXISTS silent_guard INTEGER;
 ALTER TABLE ticks ADD COLUMN IF NOT EXISTS silent_other INTEGER;
 ALTER TABLE ticks ADD COLUMN IF NOT EXISTS sink_tokens INTEGER;
+ALTER TABLE ticks ADD COLUMN IF NOT EXISTS n_star INTEGER;
 CREATE TABLE IF NOT EXISTS settings_history (
     run_id VARCHAR,
     t DOUBLE,
@@ -229,6 +230,9 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS dtype_reason VARCHAR;
 -- Calibrations per dtype, with N_c at each frame period tried (app/calibration.py).
 ALTER TABLE calibrations ADD COLUMN IF NOT EXISTS dtype VARCHAR;
 ALTER TABLE calibrations ADD COLUMN IF NOT EXISTS periods VARCHAR;
+-- Where a frame's session came from: the run's load kind, or "gateway" for a remote client
+-- (a frame the load client recorded: "client").
+ALTER TABLE frames ADD COLUMN IF NOT EXISTS origin VARCHAR;
 """
 
 TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models", "settings_history",

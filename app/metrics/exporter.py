@@ -165,6 +165,9 @@ class MetricsExporter(Collector):
                      "the fitted growth; +Inf when occupancy is not rising (e.g. bounded KV).")
         live = gauge("metronome_sessions_live", "Sessions admitted and open.")
         limit = gauge("metronome_admission_limit", "The admission limit on live sessions.")
+        n_star = gauge("metronome_n_star_sessions", "N*: the live sessions the admission "
+                       "controller held at the latency target over its last stable stretch "
+                       "(absent until there is one).")
         waiting = gauge("metronome_frames_waiting",
                         "Sessions whose in-flight frame the engine still owes.")
         stalled = gauge("metronome_stalled",
@@ -244,7 +247,7 @@ class MetricsExporter(Collector):
                 continue  # no tick yet
             for family, name in ((occupancy, "occupancy"), (tsat, "tsat_s"), (live, "live"),
                                  (limit, "limit"), (waiting, "frames_waiting"),
-                                 (stalled, "stalled")):
+                                 (stalled, "stalled"), (n_star, "n_star")):
                 if g.get(name) is not None:
                     family.add_metric(key, float(g[name]))
             for state, name in (("used", "used_blocks"), ("free", "free_blocks")):
@@ -258,8 +261,8 @@ class MetricsExporter(Collector):
                                      (rank_stalled, "stalled"), (rank_live, "live")):
                     if rg.get(name) is not None:
                         family.add_metric(key + [rank], float(rg[name]))
-        return [latency, frames, censored, budget, occupancy, blocks, tsat, live, limit, waiting,
-                stalled, requests, decisions, evictions, closes, stalls, rollovers, params,
+        return [latency, frames, censored, budget, occupancy, blocks, tsat, live, limit, n_star,
+                waiting, stalled, requests, decisions, evictions, closes, stalls, rollovers, params,
                 window, sinks, overrun, active, lost, written, rank_occupancy, rank_tsat,
                 rank_stalled, rank_live, rank_silent, causes]
 

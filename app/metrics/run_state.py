@@ -161,6 +161,7 @@ class RunState:
             "stalled": 1.0 if stalled else 0.0,
             "running": row.get("running"),
             "waiting": row.get("waiting"),
+            "n_star": row.get("n_star"),  # None until the controller held a stable stretch
         }
 
     def on_rank_tick(self, row: dict) -> None:

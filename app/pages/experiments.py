@@ -41,7 +41,9 @@ host = run_host()
 busy = host.state()["status"] in ACTIVE
 kind = st.radio("Experiment", experiments.KINDS, key="exp_kind", horizontal=True,
                 help="cliff vs slope: one seeded load, unbounded then windowed. collapse: "
-                     "that pair over n seeds. N* discovery: a ramp with AIMD admission.")
+                     "that pair over n seeds. N* discovery: Poisson arrivals with AIMD "
+                     "admission; reports N* (the live count held at the target), N*/N_c, "
+                     "silent frames at the cap and p95.")
 engine = st.selectbox("Engine", ENGINES, index=ENGINES.index(d["engine"]),
                       format_func=views.engine_label, key="exp_engine")
 cal = calibration.stored(store().cursor(), engine, MODEL)

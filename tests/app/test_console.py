@@ -224,8 +224,11 @@ def test_collapse_table_counts_stalled_runs_per_policy(db):
 def test_n_star_discovery_marks_the_converged_cap(db):
     at = _run_experiment("N* discovery", exp_rate=8.0, exp_session_s=8.0, exp_duration=50.0,
                          exp_pool=1024)
-    n_star = [m for m in at.metric if m.label.startswith("converged cap N*")][0]
-    assert 25 <= int(n_star.value) <= 45  # the twin's analytic N* at these settings is 37
+    converged = [m for m in at.metric if m.label.startswith("converged cap")][0]
+    assert 25 <= int(converged.value) <= 45  # the twin's analytic N* at these settings is 37
+    held = [m for m in at.metric if m.label.startswith("N* (held at the target)")][0]
+    assert held.value == "—" or 25 <= int(held.value) <= 45
+    assert any(m.label == "silent frames at the cap" for m in at.metric)
     assert "Admission cap (N* discovery)" in charts_by_title(at)
     assert not at.warning
 
@@ -395,6 +398,12 @@ def test_n_star_discovery_is_reported_against_the_compute_limit(db):
     at = _run_experiment("N* discovery", exp_rate=8.0, exp_session_s=8.0, exp_duration=50.0,
                          exp_pool=1024)
     ratio = [m for m in at.metric if m.label.startswith("N* / N_c")][0]
-    n_star = int([m for m in at.metric if m.label.startswith("converged cap N*")][0].value)
+    held = [m for m in at.metric if m.label.startswith("N* (held at the target)")][0]
     assert "compute limit 37" in ratio.label
-    assert float(ratio.value) == pytest.approx(n_star / 37, abs=0.01)
+    # 8 s sessions churn: AIMD saw-tooths around N* and live never holds within ±1 for five
+    # intervals, so N* is honestly "—" here (and so is the ratio); the long-session twin tests
+    # (tests/runtime/test_long_sessions_twin.py) check a settled N*.
+    if held.value == "—":
+        assert ratio.value == "—"
+    else:
+        assert float(ratio.value) == pytest.approx(int(held.value) / 37, abs=0.01)

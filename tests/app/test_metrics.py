@@ -351,3 +351,20 @@ def test_silent_frames_are_exported_by_cause_and_schedule_drift_by_schedule(stor
     change = families["metronome_schedule_n_star_change_ratio"].samples
     assert [x.value for x in change] == [-0.3]
     assert families["metronome_schedule_t_sat_change_ratio"].samples == []  # not measured
+
+
+def test_n_star_is_exported_once_the_controller_held_a_stable_stretch(store):
+    registry = CollectorRegistry()
+    exporter = MetricsExporter()
+    registry.register(exporter)
+    config = RunConfig(engine="twin", policy="window", window=128, pool_blocks=4096,
+                       load="ramp", sessions=180, arrival_rate=6.0, duration_s=30.0,
+                       admission="aimd", target=0.5)
+    early, late = _ScrapeAt(registry, 5.0), _ScrapeAt(registry, 29.0)  # climbing; settled
+    runner = Runner(config, TwinEngine(config.engine_config(), CostModel()), store,
+                    observers=[exporter, early, late])
+    exporter.run_started_for(runner.run_id, config)
+    summary = runner.run()
+    assert not _samples(_families(early.text)["metronome_n_star_sessions"], runner.run_id)
+    (sample,) = _samples(_families(late.text)["metronome_n_star_sessions"], runner.run_id)
+    assert sample.value == summary["n_star"] and abs(sample.value - 20) <= 2

@@ -36,10 +36,11 @@ def test_aimd_config_names_the_bad_value(kwargs, match):
 
 def test_gradient_shrinks_with_latency_and_probes_up_with_headroom():
     limit = GradientLimit(GradientConfig(initial=16, max_limit=64, smoothing=1.0), budget_ms=100)
-    assert limit.on_sample(0, latency_ms=160, inflight=16, dropped=False) == 8  # 80/160 = 0.5
+    # (inflight low: the live anchor ⌊0.9 · live⌋ is below the gradient's cut)
+    assert limit.on_sample(0, latency_ms=160, inflight=4, dropped=False) == 8  # 80/160 = 0.5
     assert limit.on_sample(1, latency_ms=40, inflight=8, dropped=False) == 10  # 8 + √8
     assert limit.on_sample(2, latency_ms=40, inflight=2, dropped=False) == 10  # cap unused
-    assert limit.on_sample(3, latency_ms=1, inflight=10, dropped=True) == 5  # a drop halves
+    assert limit.on_sample(3, latency_ms=1, inflight=2, dropped=True) == 5  # a drop halves
     smooth = GradientLimit(GradientConfig(initial=16, smoothing=0.25), budget_ms=100)
     assert smooth.on_sample(0, 160, 16, False) == 14  # 16 − 0.25·8
     with pytest.raises(ValueError, match="smoothing 0"):

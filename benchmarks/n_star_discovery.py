@@ -1,0 +1,84 @@
+"""N*/N_c measured in one run of the script: calibrate the compute limit N_c on the chosen
+engine, then run AIMD against Poisson arrivals of sessions long enough to settle, and print N*
+(the live count held at the target, control/nstar.py), N_c, their ratio, the silent share of
+frames at the cap and the p95 (censored printed as "> budget").
+
+    .venv/bin/python benchmarks/n_star_discovery.py --engine twin
+    .venv/bin/python benchmarks/n_star_discovery.py --engine vllm --duration 120 --session-s 60
+
+Prints only; the figures for docs/BENCHMARKS.md are copied from vLLM runs with the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", choices=["vllm", "twin"], default="vllm")
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--duration", type=float, default=120.0, help="N* run length (s)")
+    parser.add_argument("--session-s", type=float, default=60.0,
+                        help="session length (s): long, so live holds still at the cap")
+    parser.add_argument("--offered", type=float, default=2.0,
+                        help="sessions offered at once (rate × session length) per N_c")
+    parser.add_argument("--open-budget", type=int, default=2, help="session opens per tick")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    from app import calibration, demo, experiments
+    from runtime import RunConfig, execute
+    from store import Store
+
+    store = Store(os.path.join(tempfile.mkdtemp(), "n_star.duckdb"))
+    try:
+        t0 = time.monotonic()
+        cal = calibration.calibrate(args.engine, args.model, store, progress=lambda f, t: print(
+            f"[{f:4.0%}] {t}", flush=True))
+        print(f"calibration: N_c = {cal.n_c} (target {cal.target_ms:.0f} ms, "
+              f"{cal.seconds:.1f} s)", flush=True)
+        # More sessions offered than N_c can hold at once, so the cap (not the offer) binds;
+        # the pool holds every offered window twice over, so memory never decides.
+        offered = args.offered * max(1, cal.n_c)
+        rate = round(offered / args.session_s, 3)
+        pool = int(2 * offered * demo.window_blocks(cal.window_tokens, cal.sink_tokens,
+                                                    cal.block_size)) + 1
+        base = RunConfig(engine=args.engine, model=args.model, arrival_rate=rate,
+                         session_s=args.session_s, duration_s=args.duration, pool_blocks=pool,
+                         target=calibration.TARGET_FRACTION, open_budget=args.open_budget,
+                         seed=args.seed)
+        (config,) = experiments.n_star(base, cal.window_tokens, cal.sink_tokens)
+        summary = execute(config, store)
+        store.writer.flush()
+        cur = store.cursor()
+        rep = experiments.n_star_report(summary, cal.n_c, experiments.silent_at_cap(
+            cur, summary, config.control_interval_s))
+    finally:
+        store.close()
+    held = ("never settled at the target" if rep["n_star"] is None else
+            f"from {rep['n_star_at_s']:.1f} s for {rep['n_star_for_s']:.1f} s")
+    silent = "—" if rep["silent_at_cap"] is None else f"{rep['silent_at_cap']:.2%}"
+    print(f"N* discovery ({args.engine}): Poisson {rate}/s × {args.session_s:g} s sessions, "
+          f"{args.duration:g} s, pool {pool}, open budget {args.open_budget}")
+    print(f"N* = {rep['n_star'] if rep['n_star'] is not None else '—'} ({held})")
+    print(f"N_c = {rep['n_c']}")
+    ratio = "—" if rep["ratio"] is None else f"{rep['ratio']:.2f}"
+    print(f"N*/N_c = {ratio}")
+    print(f"silent frames at the cap = {silent} (whole run {rep['silent_rate']})")
+    print(f"p95 = {rep['p95'] or '—'}; final cap {summary['final_limit']}, admitted "
+          f"{rep['admitted']}, rejected {rep['rejected']}, opens deferred "
+          f"{summary['opens_deferred']}; {time.monotonic() - t0:.0f} s in all")
+
+
+if __name__ == "__main__":
+    main()

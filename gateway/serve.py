@@ -1,0 +1,95 @@
+"""`metronome serve`: one run whose sessions are the gateway's clients, served headless under
+uvicorn on the main thread while the run loop has its own.
+
+The run starts once the socket listens (so its clock does not tick for nobody) and the server
+stops when the run ends (its duration) or on a signal; the summary is the run's, as
+`metronome run` prints it. The twin is always paced here: clients live in wall-clock time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import sys
+
+import uvicorn
+
+from gateway.protocol import GatewayLimits
+from gateway.server import Gateway
+from runtime import Runner, make_engine
+from runtime.config import RunConfig
+from runtime.remote import Inlet, InletLimits
+from store import open_store
+
+logger = logging.getLogger(__name__)
+
+
+def session_info(runner: Runner, inlet: Inlet) -> dict:
+    """What `session.created` tells a client about its session (the run's settings)."""
+    cfg = runner.config
+    return {"object": "realtime.session", "model": cfg.model, "run_id": runner.run_id,
+            "input_audio_format": "pcm16", "modalities": ["text"],
+            "metronome": {"run_id": runner.run_id, "engine": cfg.engine,
+                          "sample_rate_hz": inlet.limits.sample_rate_hz,
+                          "frame_ms": cfg.frame_ms,
+                          "frame_samples": inlet.tokenizer.frame_samples,
+                          "tokens_in": cfg.tokens_in, "tokens_out": cfg.tokens_out,
+                          "budget_ms": cfg.budget, "max_buffer_s": inlet.limits.max_buffer_s}}
+
+
+def serve(config: RunConfig, *, host: str, port: int, db: str | None,
+          limits: GatewayLimits = GatewayLimits(), inlet_limits: InletLimits = InletLimits(),
+          ready=None) -> dict:
+    """Serve `config`'s run on ws://host:port/v1/realtime until it ends; returns its summary.
+    `ready(url)` is called once the socket listens (the CLI prints it to stderr)."""
+    if config.load != "gateway":
+        raise ValueError(f"serve runs load gateway (its sessions are clients), not {config.load}")
+    if not 1 <= port <= 65535:
+        raise ValueError(f"port {port} must be in [1, 65535]")
+    if config.engine == "twin" and not config.paced:
+        config = dataclasses.replace(config, paced=True)
+    store = open_store(db)
+    engine = None
+    try:
+        engine = make_engine(config, store)
+        inlet = Inlet(config, engine.vocab_size, inlet_limits)
+        runner = Runner(config, engine, store, inlet=inlet)
+        info = session_info(runner, inlet)
+        gateway = Gateway(lambda: (inlet, info) if runner.running else None, limits)
+        server = uvicorn.Server(uvicorn.Config(
+            gateway.app(), host=host, port=port, log_level="warning", lifespan="off",
+            # Frames above this are refused by the protocol layer before they are read; up to
+            # it, the gateway answers an oversized message with an error event.
+            ws_max_size=4 * limits.max_message_bytes))
+        asyncio.run(_serve(server, runner, f"ws://{host}:{port}/v1/realtime", ready))
+        if runner.summary is None:  # the server stopped first (a signal): end the run
+            runner.stop("server stopped")
+            runner.join()
+        return runner.summary
+    finally:
+        if engine is not None:
+            engine.shutdown()
+        store.close()
+
+
+async def _serve(server: uvicorn.Server, runner: Runner, url: str, ready) -> None:
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():  # failed to bind: its exception says why
+            task.result()
+            raise RuntimeError(f"the server did not start on {url}")
+        await asyncio.sleep(0.02)
+    runner.start()
+    while runner.status == "created":  # running before we tell anyone it is there
+        await asyncio.sleep(0.005)
+    (ready or _announce)(url)
+    while runner.summary is None and not task.done():
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)  # let the last events and closes reach the clients
+    server.should_exit = True
+    await task
+
+
+def _announce(url: str) -> None:
+    print(f"metronome serve: listening on {url}", file=sys.stderr, flush=True)

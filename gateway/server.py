@@ -1,0 +1,214 @@
+"""The WebSocket endpoint `/v1/realtime`: one connection is one session of the current run.
+
+Each connection runs two tasks on the server's event loop: the receiver (client events →
+the run's inlet: audio into the session's buffer, malformed events answered with `error`) and
+the sender (what the run thread delivers → server events); `/healthz` says which run serves. Both end the connection cleanly:
+a client that disconnects, sends garbage too often, floods, or runs ahead of real time ends
+only its own session; the run and the other sessions go on. Errors and the close go through
+the sender's queue, so one task writes to the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from gateway import protocol
+from gateway.protocol import GatewayLimits, ProtocolError
+from load_gen.remote import BufferFull, pcm16_to_float
+
+logger = logging.getLogger(__name__)
+
+ADMISSION_WAIT_S = 5.0  # the run thread answers within a poll; this bounds a stuck run
+FLUSH_WAIT_S = 1.0  # time the sender gets to deliver a last error before the close
+# Close codes (RFC 6455): normal, going away, policy violation, too big, try again later.
+NORMAL, GOING_AWAY, POLICY, TOO_BIG, TRY_LATER = 1000, 1001, 1008, 1009, 1013
+
+
+class _Listener:
+    """The inlet's view of a connection: `deliver` is called from the run thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue = asyncio.Queue()
+
+    def deliver(self, kind: str, data: dict) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, (kind, data))
+        except RuntimeError:  # the server's loop is gone: nobody to tell
+            pass
+
+
+class Gateway:
+    """`current()` → (inlet, info) of the run serving sessions now, or None."""
+
+    def __init__(self, current, limits: GatewayLimits = GatewayLimits()) -> None:
+        self.current = current
+        self.limits = limits
+        self.connections = 0
+
+    def routes(self) -> list:
+        """What an app mounts (the console's st.App could take these too)."""
+        return [WebSocketRoute("/v1/realtime", self.realtime), Route("/healthz", self._health)]
+
+    def app(self) -> Starlette:
+        return Starlette(routes=self.routes())
+
+    async def _health(self, _request):
+        target = self.current()
+        return JSONResponse({"run": None if target is None else target[1]["run_id"],
+                             "connections": self.connections})
+
+    async def realtime(self, ws: WebSocket) -> None:
+        await ws.accept()
+        target = self.current()
+        if target is None:
+            await self._refuse(ws, "server_error", "no_run", "no run is serving sessions now")
+            return
+        inlet, info = target
+        listener = _Listener(asyncio.get_running_loop())
+        client = inlet.connect(listener)
+        try:
+            kind, data = await asyncio.wait_for(listener.queue.get(), ADMISSION_WAIT_S)
+        except TimeoutError:
+            inlet.disconnect(client, "admission timed out")
+            await self._refuse(ws, "server_error", "admission_timeout", "the run did not "
+                               f"answer within {ADMISSION_WAIT_S:g} s")
+            return
+        if kind == "rejected":
+            await self._refuse(ws, "server_overloaded", "server_overloaded",
+                               f"session refused: {data['reason']}")
+            return
+        session = {**info, "metronome": {**info["metronome"], "session_id": data["session_id"]},
+                   "id": f"sess_{info['run_id']}_{data['session_id']}"}
+        self.connections += 1
+        try:
+            await ws.send_text(json.dumps(protocol.session_created(session)))
+            await self._serve(ws, inlet, client, listener, session)
+        finally:
+            self.connections -= 1
+
+    async def _serve(self, ws, inlet, client, listener, session) -> None:
+        receiver = asyncio.create_task(self._receive(ws, client, listener, session))
+        sender = asyncio.create_task(self._send(ws, listener))
+        done, _ = await asyncio.wait({receiver, sender}, return_when=asyncio.FIRST_COMPLETED)
+        if receiver in done:
+            reason = receiver.result()
+            inlet.disconnect(client, reason)
+            if reason == "client disconnected":
+                sender.cancel()
+            else:  # our error and close are queued: let the sender deliver them
+                try:
+                    await asyncio.wait_for(sender, FLUSH_WAIT_S)
+                except (TimeoutError, asyncio.CancelledError):
+                    pass
+        else:
+            receiver.cancel()
+            inlet.disconnect(client, "closed by the server")
+        await _close(ws, NORMAL)
+
+    async def _receive(self, ws: WebSocket, client, listener, session) -> str:
+        """Until the client leaves or must go; returns why (the session's close reason)."""
+        limits, rate_hz = self.limits, session["metronome"]["sample_rate_hz"]
+        window, count, errors = time.monotonic(), 0, 0
+
+        def fatal(code: str, message: str, close_code: int) -> str:
+            listener.queue.put_nowait(("error", protocol.error("invalid_request_error", code,
+                                                               message)))
+            listener.queue.put_nowait(("fatal", {"code": close_code}))
+            return message
+
+        while True:
+            try:
+                msg = await asyncio.wait_for(ws.receive(), limits.idle_timeout_s)
+            except TimeoutError:
+                return fatal("idle_timeout", f"no message for {limits.idle_timeout_s:g} s",
+                             POLICY)
+            except WebSocketDisconnect:
+                return "client disconnected"
+            if msg["type"] == "websocket.disconnect":
+                return "client disconnected"
+            now = time.monotonic()
+            if now - window >= 1.0:
+                window, count = now, 0
+            count += 1
+            if count > limits.max_messages_per_s:
+                return fatal("rate_limited", f"more than {limits.max_messages_per_s} "
+                                             "messages in one second", POLICY)
+            text = msg.get("text")
+            size = len(text.encode()) if text is not None else len(msg.get("bytes") or b"")
+            if size > limits.max_message_bytes:
+                return fatal("message_too_large", f"message of {size} bytes is above the "
+                             f"{limits.max_message_bytes} allowed", TOO_BIG)
+            try:
+                if text is None:
+                    raise ProtocolError("invalid_event", "binary messages are not events; "
+                                                         "send JSON text")
+                reply = self._handle(protocol.parse(text), client, rate_hz, session)
+            except BufferFull as exc:
+                return fatal("input_audio_buffer_overflow", str(exc), POLICY)
+            except ProtocolError as exc:
+                errors += 1
+                listener.queue.put_nowait(("error", protocol.error(
+                    "invalid_request_error", exc.code, str(exc))))
+                if errors >= limits.max_protocol_errors:
+                    return fatal("too_many_errors", f"{errors} malformed events", POLICY)
+                continue
+            if reply is not None:
+                listener.queue.put_nowait(("event", reply))
+
+    @staticmethod
+    def _handle(event: dict, client, rate_hz: int, session: dict) -> dict | None:
+        kind = event["type"]
+        if kind == "input_audio_buffer.append":
+            client.frames.append(pcm16_to_float(protocol.audio_bytes(event)))
+            return None
+        if kind == "session.update":
+            protocol.check_session_update(event, rate_hz)
+            return {"type": "session.updated", "event_id": protocol.event_id(),
+                    "session": session}
+        return {"type": "input_audio_buffer.committed", "event_id": protocol.event_id()}
+
+    @staticmethod
+    async def _send(ws: WebSocket, listener: _Listener) -> None:
+        while True:
+            kind, data = await listener.queue.get()
+            if kind == "fatal":
+                await _close(ws, data["code"])
+                return
+            if kind == "closed":  # by the run: evicted, or the run ended
+                await _send_text(ws, protocol.error("server_error", "session_closed",
+                                                    f"session closed: {data['reason']}"))
+                return
+            event = {"delta": lambda d: protocol.delta(d["frame_idx"], d["n"], d["token_ids"]),
+                     "frame": lambda d: protocol.frame_done(d["row"]),
+                     "error": lambda d: d, "event": lambda d: d}[kind](data)
+            if not await _send_text(ws, event):
+                return
+
+    @staticmethod
+    async def _refuse(ws: WebSocket, kind: str, code: str, message: str) -> None:
+        await _send_text(ws, protocol.error(kind, code, message))
+        await _close(ws, TRY_LATER)
+
+
+async def _send_text(ws: WebSocket, event: dict) -> bool:
+    try:
+        await ws.send_text(json.dumps(event, default=str))
+        return True
+    except (WebSocketDisconnect, RuntimeError, OSError):
+        return False  # the client is gone
+
+
+async def _close(ws: WebSocket, code: int) -> None:
+    try:
+        await ws.close(code)
+    except (WebSocketDisconnect, RuntimeError, OSError):
+        pass  # already closed

@@ -1,0 +1,187 @@
+"""Sessions from outside the process: the inlet between a gateway's connection threads and the
+run thread. The runtime knows no sockets; a client is a `listener` (its `deliver(kind, data)`
+is called from the run thread and must not block) and a `RemoteFrames` source its connection
+fills.
+
+A client's life, as the run thread sees it, at `poll` events (every `poll_s`):
+    connect   queued by the connection thread; at the next poll the same gate as every
+              arrival answers: `admitted` {session_id} or `rejected` {reason} (the run's
+              `reject` event records it, like any arrival's)
+    open      once the client's first frame is complete and has waited `slack_s`: the
+              session's frames start then, on the client's own grid, so a client paced at
+              real time finds each frame's audio there when the frame comes due
+    deltas    tokens the engine gave the in-flight frame by now: `delta` {frame_idx, n,
+              token_ids}; the frame's recorded row (its truth) follows as `frame` {row}
+    close     `closed` {reason}: the client ended, was evicted, or the run ended
+Only the run thread touches the engine, the gate and the sessions.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+from load_gen.remote import RemoteFrames
+from load_gen.tokenizer import frame_tokenizer
+from runtime.config import RunConfig
+
+logger = logging.getLogger(__name__)
+
+ORIGIN = "gateway"  # frames.origin of a remote client's frames
+
+
+@dataclass(frozen=True)
+class InletLimits:
+    """What one client may cost the run thread."""
+
+    sample_rate_hz: int = 16_000  # the session's PCM16 rate (the tokenizer's)
+    max_buffer_s: float = 2.0  # audio a client may be ahead of its frames
+    poll_s: float = 0.01  # how often the run thread admits, opens and sends deltas
+    slack_s: float = 0.03  # a frame waits this long after its audio is complete (jitter)
+
+    def __post_init__(self) -> None:
+        if not 8_000 <= self.sample_rate_hz <= 48_000:
+            raise ValueError(f"sample rate {self.sample_rate_hz} Hz must be in [8000, 48000]")
+        if not (math.isfinite(self.max_buffer_s) and 0.1 <= self.max_buffer_s <= 60):
+            raise ValueError(f"max buffered audio {self.max_buffer_s} s must be in [0.1, 60]")
+        if not (math.isfinite(self.poll_s) and 0.001 <= self.poll_s <= 0.1):
+            raise ValueError(f"poll period {self.poll_s} s must be in [0.001, 0.1]")
+        if not (math.isfinite(self.slack_s) and 0 <= self.slack_s <= 1):
+            raise ValueError(f"slack {self.slack_s} s must be in [0, 1]")
+
+
+@dataclass(eq=False)
+class Client:
+    listener: object
+    frames: RemoteFrames
+    session_id: int | None = None
+    ticket: object = None
+    pin: int | None = None
+    state: str = "queued"  # queued → admitted → live → closed (or rejected)
+    sent: dict = field(default_factory=dict)  # frame_idx → tokens already delivered
+    close_reason: str | None = None
+
+
+class Inlet:
+    """Built before the run (clients buffer audio from their first message); `attach`ed by
+    the Runner that serves them."""
+
+    def __init__(self, config: RunConfig, vocab_size: int, limits: InletLimits = InletLimits()):
+        self.config = config
+        self.limits = limits
+        self.tokenizer = frame_tokenizer(limits.sample_rate_hz, config.frame_ms,
+                                         config.tokens_in, vocab_size)
+        self._queue: collections.deque = collections.deque()  # connection threads → run thread
+        self._clients: dict[int, Client] = {}  # run thread only
+        self._next_id = 0
+        self.offered = 0
+        self.finished = False
+
+    @property
+    def poll_s(self) -> float:
+        return self.limits.poll_s
+
+    # --- connection threads ---------------------------------------------------------------
+    def connect(self, listener) -> Client:
+        client = Client(listener, RemoteFrames(self.tokenizer, self.limits.max_buffer_s))
+        if self.finished:
+            client.state = "rejected"
+            listener.deliver("rejected", {"reason": "the run has ended"})
+        else:
+            self._queue.append(client)
+        return client
+
+    @staticmethod
+    def disconnect(client: Client, reason: str) -> None:
+        """The connection is gone or done sending: its frames so far are kept."""
+        client.frames.end(reason)
+
+    # --- the run thread -------------------------------------------------------------------
+    def attach(self, first_session_id: int) -> None:
+        self._next_id = first_session_id
+
+    def poll(self, runner, t_rel: float) -> None:
+        while self._queue:
+            self._admit(runner, self._queue.popleft(), t_rel)
+        wall = time.perf_counter()
+        now = runner.engine.now()
+        for client in list(self._clients.values()):
+            if client.state == "admitted":
+                self._maybe_open(runner, client, t_rel, wall)
+            elif client.state == "live":
+                self._pump(runner, client, now)
+
+    def _admit(self, runner, client: Client, t_rel: float) -> None:
+        sid, self._next_id = self._next_id, self._next_id + 1
+        self.offered += 1
+        client.session_id = sid
+        ticket, client.pin = runner.admit(sid, t_rel, origin=ORIGIN)
+        if ticket is None:
+            client.state = "rejected"
+            client.frames.end("rejected")
+            client.listener.deliver("rejected", {"reason": runner.gate.last_rejection})
+            return
+        client.ticket, client.state = ticket, "admitted"
+        self._clients[sid] = client
+        client.listener.deliver("admitted", {"session_id": sid})
+
+    def _maybe_open(self, runner, client: Client, t_rel: float, wall: float) -> None:
+        frames = client.frames
+        if frames.first_full_at is None:
+            if frames.end_reason is not None:  # gone before a whole frame: never opened
+                runner.gate.release(client.ticket)
+                self._close(client, frames.end_reason)
+            return
+        start = t_rel + max(0.0, self.limits.slack_s - (wall - frames.first_full_at))
+        client.state = "live"
+        runner.open_remote(client.session_id, client.ticket, start, frames, client.pin)
+
+    def _pump(self, runner, client: Client, now: float) -> None:
+        session = runner.sessions.live.get(client.session_id)
+        if session is None or session.record is None:
+            return
+        idx, handle = session.record
+        # Only what came by the frame's deadline: a later token answers no frame the speaker
+        # still hears, and the recorded row calls the frame silent without it.
+        n = handle.tokens_by(min(now, handle.t_submit + self.config.budget / 1e3))
+        sent = client.sent.get(idx, 0)
+        if n > sent:
+            client.sent[idx] = n
+            ids = handle.token_ids[sent:n] if len(handle.token_ids) >= n else None
+            client.listener.deliver("delta", {"frame_idx": idx, "n": n - sent, "token_ids": ids,
+                                              "t_first": handle.t_first - runner.recorder.t0})
+
+    def _close(self, client: Client, reason: str) -> None:
+        if client.state == "closed":
+            return
+        client.state, client.close_reason = "closed", reason
+        client.frames.end(reason)
+        self._clients.pop(client.session_id, None)
+        client.listener.deliver("closed", {"reason": reason})
+
+    # --- observer of the run's rows (run thread) ------------------------------------------
+    def observe(self, table: str, row: dict) -> None:
+        if table == "frames":
+            client = self._clients.get(row["session_id"])
+            if client is not None:
+                client.sent.pop(row["frame_idx"], None)
+                client.listener.deliver("frame", {"row": row})
+
+    def session_closed(self, session_id: int, why: str) -> None:
+        """Sessions closes a remote session (any reason, quiet ones too)."""
+        client = self._clients.get(session_id)
+        if client is not None:
+            self._close(client, why)
+
+    def finish(self, reason: str = "the run has ended") -> None:
+        """At the run's end: every client still here is told, and later ones are refused."""
+        self.finished = True
+        while self._queue:
+            client = self._queue.popleft()
+            client.state = "rejected"
+            client.listener.deliver("rejected", {"reason": reason})
+        for client in list(self._clients.values()):
+            self._close(client, reason)

@@ -1,0 +1,82 @@
+"""The pieces without a network: a client's PCM16 becomes the same frames and tokens as a WAV
+replay of the same audio, buffering is bounded, and the protocol names what is wrong."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gateway import protocol
+from gateway.protocol import GatewayLimits, ProtocolError
+from load_gen.remote import IDLE, BufferFull, RemoteFrames, pcm16_to_float
+from load_gen.tokenizer import FrameTokenizer
+from load_gen.wav import Clip, WavFrames
+from runtime.remote import InletLimits
+
+TOK = FrameTokenizer(16_000, 80.0, 16, 2048)
+
+
+def _speechish(n):
+    t = np.arange(n) / 16_000
+    return (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 5 * t))).astype(np.float32)
+
+
+def test_client_audio_cut_and_tokenized_like_a_wav_replay():
+    audio = pcm16_to_float((_speechish(TOK.frame_samples * 5) * 32768).astype("<i2").tobytes())
+    remote = RemoteFrames(TOK, max_buffer_s=2.0)
+    for chunk in np.array_split(audio, 7):  # chunk edges need not be frame edges
+        remote.append(chunk)
+    wav = WavFrames(Clip("x", audio, 16_000, 16_000), TOK, loop=False)
+    for _ in range(5):
+        assert remote.next_frame(0.08).token_ids == wav.next_frame(0.08).token_ids
+    assert remote.next_frame(0.08) is IDLE and remote.underruns == 1
+
+
+def test_a_partial_last_frame_is_not_a_frame_and_late_audio_is_ignored():
+    remote = RemoteFrames(TOK, max_buffer_s=2.0)
+    remote.append(np.zeros(TOK.frame_samples + 100, np.float32))
+    remote.end("client disconnected")
+    remote.append(np.zeros(TOK.frame_samples, np.float32))
+    assert remote.next_frame(0.08).token_ids
+    assert remote.next_frame(0.08) is None and remote.end_reason == "client disconnected"
+
+
+def test_buffered_audio_is_bounded():
+    remote = RemoteFrames(TOK, max_buffer_s=0.5)
+    remote.append(np.zeros(8_000, np.float32))
+    with pytest.raises(BufferFull, match="0.5 s allowed"):
+        remote.append(np.zeros(1, np.float32))
+
+
+@pytest.mark.parametrize("text, code", [
+    ("{oops", "invalid_json"), ("[1]", "invalid_event"), ('{"type": "x.y"}', "unknown_event")])
+def test_malformed_events_are_named(text, code):
+    with pytest.raises(ProtocolError) as info:
+        protocol.parse(text)
+    assert info.value.code == code
+
+
+def test_bad_audio_and_formats_are_refused():
+    for audio in (None, "not base64!", "AAAA"):  # missing, invalid, an odd byte count
+        with pytest.raises(ProtocolError, match="audio|base64|16-bit"):
+            protocol.audio_bytes({"type": "input_audio_buffer.append", "audio": audio})
+    with pytest.raises(ProtocolError, match="only pcm16"):
+        protocol.check_session_update({"session": {"input_audio_format": "g711_ulaw"}}, 16_000)
+    with pytest.raises(ProtocolError, match="16000 Hz"):
+        protocol.check_session_update(
+            {"session": {"audio": {"input": {"format": {"rate": 24_000}}}}}, 16_000)
+
+
+def test_limits_name_the_bad_value_and_range():
+    with pytest.raises(ValueError, match=r"max message 10 bytes must be in \[1024"):
+        GatewayLimits(max_message_bytes=10)
+    with pytest.raises(ValueError, match=r"max buffered audio 100 s must be in \[0.1, 60\]"):
+        InletLimits(max_buffer_s=100)
+
+
+def test_an_empty_frame_is_sent_as_such():
+    row = {"frame_idx": 3, "silent": True, "tokens_out": 0, "latency_ms": None}
+    done = protocol.frame_done(row)
+    assert done["response"]["status"] == "incomplete"
+    assert done["response"]["metronome"]["silent"] is True
+    assert done["response"]["metronome"]["tokens_out"] == 0
