@@ -129,6 +129,7 @@ class Runner:
         write_run_start(self.recorder, self.engine)
         self.changes.snapshot(0.0, "start", "start")
         lost_before = writer.health()["rows_lost"]
+        storage_before = writer.storage_failures
         t0 = self.recorder.t0 = self.engine.now()
         status, reason = "finished", None
         try:
@@ -180,6 +181,12 @@ class Runner:
             status, reason = "failed", f"store: {exc}; percentiles may be incomplete"
             logger.error("run %s: %s", self.run_id, reason)
         health = writer.health()
+        if writer.storage_failures > storage_before and status != "failed":
+            # The disk refused rows of this run: its record is incomplete, so it failed.
+            status = "failed"
+            reason = (f"store could not write ({health['storage_error'] or writer.last_error}); "
+                      "the rows that reached the disk are kept")
+            logger.error("run %s: %s", self.run_id, reason)
         # The writer serves every run of the process: report what was lost during this one.
         lost = {table: n - lost_before.get(table, 0) for table, n in health["rows_lost"].items()
                 if n > lost_before.get(table, 0)}

@@ -53,12 +53,18 @@ class Store:
             "reason = COALESCE(reason, 'the process ended before the run finished') "
             "WHERE status = 'running'")
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Stop the writer, then close the connection: never the other way round, and never
+        under a writer still inside DuckDB (that aborts the process). False when the writer
+        did not stop; the connection is then left to the process's end."""
         if self._closed:
-            return
+            return True
         self._closed = True
-        self.writer.close()
+        if not self.writer.close():
+            logger.error("database %s left open: its writer is still busy", self.path)
+            return False
         self._con.close()
+        return True
 
 
 def _connect(path: str):
