@@ -153,10 +153,10 @@ def _cmd_fit(args) -> int:
     import datetime as dt
 
     from engine.twin import fit_cost_model
-    from store import open_store
+    from store import open_existing
     from store.queries import run_row, steps
 
-    store = open_store(args.db)
+    store = open_existing(args.db)
     try:
         cur = store.cursor()
         row = run_row(cur, args.run_id)

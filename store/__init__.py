@@ -17,7 +17,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_DB = "metronome.duckdb"
 
-__all__ = ["DEFAULT_DB", "RUN_STATUSES", "TABLES", "Store", "StoreError", "db_path", "open_store"]
+__all__ = ["DEFAULT_DB", "RUN_STATUSES", "TABLES", "Store", "StoreError", "db_path", "open_existing",
+           "open_store"]
 
 
 class StoreError(RuntimeError):
@@ -101,3 +102,13 @@ def open_store(path: str | None = None) -> Store:
             store = Store(resolved)
             _stores[key] = store
         return store
+
+
+def open_existing(path: str | None = None) -> Store:
+    """open_store for commands that only read or maintain what is there (`runs`, `report`,
+    `archive`, ...): a database that does not exist is a mistyped --db, refused rather than
+    created empty."""
+    resolved = db_path(path)
+    if resolved != ":memory:" and not Path(resolved).expanduser().is_file():
+        raise StoreError(f"database {resolved} does not exist (check --db or $METRONOME_DB)")
+    return open_store(resolved)

@@ -226,6 +226,9 @@ CREATE INDEX IF NOT EXISTS rank_ticks_run ON rank_ticks (run_id);
 -- The floating-point type the model ran in and why (engine/dtype.py); NULL: simulated.
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS dtype VARCHAR;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS dtype_reason VARCHAR;
+-- Why a schedule cannot run (its trace deleted, settings no longer valid); NULL: it can.
+-- Set when a scheduler starts; an invalid schedule is skipped, the others still fire.
+ALTER TABLE schedules ADD COLUMN IF NOT EXISTS invalid VARCHAR;
 """
 
 TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models", "settings_history",
