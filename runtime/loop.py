@@ -36,6 +36,7 @@ from runtime.record import Recorder
 from runtime.sessions import Sessions
 from runtime.summary import summarise, write_run_end, write_run_start
 from runtime.telemetry import EngineFailed, Telemetry
+from store.archive_fs import checked_id
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,9 @@ class Runner:
         self.config = config
         self.engine = engine
         self.store = store
-        self.run_id = run_id or f"{dt.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+        # An id becomes an archive folder name one day: refuse what could not be one.
+        self.run_id = (checked_id(run_id) if run_id is not None
+                       else f"{dt.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}")
         self._stop = threading.Event()
         self._stop_reason = "stopped by operator"
         self._thread: threading.Thread | None = None
