@@ -181,7 +181,9 @@ class Runner:
         try:
             writer.flush(FINAL_FLUSH_TIMEOUT_S)
         except TimeoutError as exc:  # the run must not stay 'running' behind a stuck store
-            status, reason = "failed", f"store: {exc}; percentiles may be incomplete"
+            # Not yet lost, not yet written: said, so rows_lost is not read as the whole loss.
+            status, reason = "failed", (f"store: {exc}; {writer.health()['queued']} item(s) "
+                                        "still queued; percentiles may be incomplete")
             logger.error("run %s: %s", self.run_id, reason)
         health = writer.health()
         if writer.storage_failures > storage_before and status != "failed":
