@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                 "schedule": _cmd_schedule, "archive": _cmd_archive,
                 "forecast": _cmd_forecast, "calibrate": _cmd_calibrate,
                 "demo": _cmd_demo, "serve": _cmd_serve, "load": _cmd_load}[args.command](args)
-    except (ValueError, RuntimeError) as exc:
+    except (ValueError, RuntimeError, OSError) as exc:  # OSError: a path the OS refused
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"metronome: error: {message}", file=sys.stderr)
         return EXIT_USAGE

@@ -71,17 +71,23 @@ def _cmd_run(args) -> int:
     previous = {sig: signal.signal(sig, lambda *_: runner.stop("interrupted by signal"))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        summary = runner.run()
+        summary = runner.run()  # records its own failures: it returns a summary
         if exporter is not None:
             exporter.run_ended(runner.run_id, summary)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         engine.shutdown()
-        store.close()
+        closed = store.close()
     text = json.dumps(summary) if args.json else _human(summary)
     out.write(text + "\n")
     out.flush()
+    if summary["status"] == "failed":
+        print(f"metronome: error: run {summary['run_id']} failed: {summary['reason']}",
+              file=sys.stderr)
+    if not closed:
+        print(f"metronome: error: the store {store.path} did not finish writing; rows still "
+              "queued were counted lost", file=sys.stderr)
     return 0 if summary["status"] in ("finished", "aborted") else EXIT_FAILED
 
 
@@ -147,10 +153,10 @@ def _cmd_fit(args) -> int:
     import datetime as dt
 
     from engine.twin import fit_cost_model
-    from store import open_store
+    from store import open_existing
     from store.queries import run_row, steps
 
-    store = open_store(args.db)
+    store = open_existing(args.db)
     try:
         cur = store.cursor()
         row = run_row(cur, args.run_id)

@@ -10,11 +10,17 @@ import signal
 from app.cli_run import EXIT_FAILED, stdout_for_json
 
 
+MAX_LIST = 100_000  # rows `runs --limit` prints
+MAX_SCHEDULER_S = 366 * 86400.0  # `scheduler --for`: a year; longer is "until a signal"
+
+
 def _cmd_runs(args) -> int:
-    from store import open_store
+    from store import open_existing
     from store.queries import runs
 
-    store = open_store(args.db)
+    if not 1 <= args.limit <= MAX_LIST:
+        raise ValueError(f"limit {args.limit} must be in [1, {MAX_LIST}]")
+    store = open_existing(args.db)
     try:
         df = runs(store.cursor(), args.limit)
     finally:
@@ -25,9 +31,9 @@ def _cmd_runs(args) -> int:
 
 def _cmd_report(args) -> int:
     from app import report
-    from store import open_store
+    from store import open_existing
 
-    store = open_store(args.db)
+    store = open_existing(args.db)
     try:
         path = report.write(store.cursor(), args.run_ids, args.out)
     finally:
@@ -59,6 +65,9 @@ def _cmd_scheduler(args) -> int:
     from app.scheduler import SchedulerService
     from store import open_store
 
+    if args.for_s is not None and not 0 < args.for_s <= MAX_SCHEDULER_S:  # nan and inf too
+        raise ValueError(f"--for {args.for_s:g} s must be in (0, {MAX_SCHEDULER_S:.0f}] s (a "
+                         "year); leave it out to run until a signal")
     store = open_store(args.db)
     host = RunHost()
     service = SchedulerService(host, store.path).start()
@@ -81,11 +90,12 @@ def _cmd_scheduler(args) -> int:
 
 def _cmd_schedule(args) -> int:
     from app import scheduler
-    from app.schedules import ScheduleSpec
-    from store import open_store
+    from app.schedules import ScheduleSpec, spec_or_problem
+    from store import open_existing, open_store
     from store import schedules as table
 
-    store = open_store(args.db)
+    # Adding may create the database; listing or changing a schedule needs one that exists.
+    store = (open_store if args.action == "add" else open_existing)(args.db)
     try:
         if args.action == "add":
             try:
@@ -105,7 +115,11 @@ def _cmd_schedule(args) -> int:
             rows = table.schedules(store.cursor())
             drift = table.latest_drift(store.cursor()).set_index("schedule_id")
             for row in rows:
-                spec = ScheduleSpec.from_row(row)
+                spec, problem = spec_or_problem(row)
+                if spec is None:
+                    print(f"{row['schedule_id']}  INVALID {row['name']} · {row['kind']}: "
+                          f"{problem} (skipped by the scheduler)")
+                    continue
                 last = drift.loc[row["schedule_id"]] if row["schedule_id"] in drift.index \
                     else None
                 note = "" if last is None else (
@@ -136,11 +150,15 @@ def _shown(value, fmt: str) -> str:
 
 
 def _cmd_archive(args) -> int:
-    from store import archive, open_store
+    from store import archive, open_existing
 
-    store = open_store(args.db)
+    age_s = args.older_than_days * 86400.0
+    if not 0 < age_s <= archive.MAX_AGE_S:  # before the database is opened; nan and inf too
+        raise ValueError(f"--older-than-days {args.older_than_days:g} must be in "
+                         f"(0, {archive.MAX_AGE_S / 86400:.0f}] days")
+    store = open_existing(args.db)
     try:
-        results = archive.archive_older_than(store, args.older_than_days * 86400.0)
+        results = archive.archive_older_than(store, age_s)
     finally:
         store.close()
     for r in results:

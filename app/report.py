@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 import logging
+import os
 from pathlib import Path
 
 import altair as alt
@@ -102,8 +103,16 @@ def write(cur, run_ids: list[str], out: str) -> Path:
     path = Path(out)
     if not path.parent.is_dir():
         raise ValueError(f"folder {path.parent} does not exist")
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder; give a FILE.html or FILE.png")
+    if not os.access(path if path.exists() else path.parent, os.W_OK):
+        # before rendering: an unwritable path is bad input, not a minute of charts lost
+        raise ValueError(f"{path if path.exists() else path.parent} is not writable")
     fmt = path.suffix.lower().lstrip(".")
     data = render(cur, run_ids, fmt)
-    path.write_bytes(data)
+    try:
+        path.write_bytes(data)
+    except OSError as exc:
+        raise ValueError(f"cannot write {path}: {exc.strerror or exc}") from None
     logger.info("report of %s written to %s (%d bytes)", ", ".join(run_ids), path, len(data))
     return path

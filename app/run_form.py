@@ -14,6 +14,7 @@ from app.views import engine_label
 from engine.contract import POLICIES
 from engine.models import NAMED_MODELS
 from runtime import ADMISSIONS, ENGINES, RunConfig
+from runtime.config import MIN_FRAME_MS
 
 SYNTHETIC_LOADS = ("fixed", "ramp", "poisson")
 
@@ -43,7 +44,8 @@ def settings_widgets() -> dict:
     sinks = c.number_input("S: sink tokens", value=0, step=1, key="sinks",
                            help="Used with policy window: the session's first tokens, kept.")
     a, b, c = st.columns(3)
-    frame_ms = a.number_input("Frame period (ms)", value=80.0, step=10.0, key="frame_ms")
+    frame_ms = a.number_input("Frame period (ms)", value=80.0, step=10.0, key="frame_ms",
+                              min_value=MIN_FRAME_MS)  # RunConfig refuses shorter periods
     pool_blocks = b.number_input("Pool blocks", value=256, step=32, key="pool_blocks")
     duration_s = c.number_input("Duration (s)", value=10.0, step=5.0, key="duration_s")
     st.markdown("**Load**")

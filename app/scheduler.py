@@ -38,7 +38,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from app.engine_host import RunHost
 from app.schedule_fire import Fire
-from app.schedules import ScheduleSpec
+from app.schedules import ScheduleSpec, spec_or_problem
 from store import open_store
 from store import schedules as table
 
@@ -86,6 +86,7 @@ class SchedulerService:
         self.poll_s = poll_s
         self._scheduler: BackgroundScheduler | None = None
         self._specs: dict[str, ScheduleSpec] = {}
+        self.invalid: dict[str, str] = {}  # schedule id → why it cannot run (skipped)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
 
@@ -129,8 +130,15 @@ class SchedulerService:
         return self._scheduler is not None
 
     def _restore(self, row: dict) -> None:
-        spec = ScheduleSpec.from_row(row)
         schedule_id = row["schedule_id"]
+        spec, problem = spec_or_problem(row)
+        if row.get("invalid") != problem:
+            table.set_invalid(self.store, schedule_id, problem)
+        if spec is None:  # skipped, marked: the other schedules still fire
+            self.invalid[schedule_id] = problem
+            logger.error("schedule %s (%s) is invalid and skipped: %s", schedule_id,
+                         row.get("name"), problem)
+            return
         self._specs[schedule_id] = spec
         catch_up = False
         if not row["paused"]:
@@ -182,11 +190,12 @@ class SchedulerService:
         existing(self.store.cursor(), schedule_id)
         table.set_paused(self.store, schedule_id, True)
         with self._lock:
-            if self._scheduler is not None:
+            if self._scheduler is not None and schedule_id not in self.invalid:
                 self._scheduler.pause_job(schedule_id)
 
     def resume(self, schedule_id: str) -> None:
         existing(self.store.cursor(), schedule_id)
+        self._refuse_invalid(schedule_id)
         table.set_paused(self.store, schedule_id, False)
         with self._lock:
             if self._scheduler is not None:
@@ -196,6 +205,7 @@ class SchedulerService:
         existing(self.store.cursor(), schedule_id)
         with self._lock:
             self._specs.pop(schedule_id, None)
+            self.invalid.pop(schedule_id, None)
             if self._scheduler is not None and self._scheduler.get_job(schedule_id):
                 self._scheduler.remove_job(schedule_id)
         table.delete_schedule(self.store, schedule_id)
@@ -203,12 +213,18 @@ class SchedulerService:
     def fire_now(self, schedule_id: str) -> None:
         """Bring the next fire forward to now (then the trigger's times go on as before)."""
         row = existing(self.store.cursor(), schedule_id)
+        self._refuse_invalid(schedule_id)
         if row["paused"]:
             raise ValueError(f"schedule {row['name']} is paused; resume it first")
         with self._lock:
             if self._scheduler is None:
                 raise ValueError("the scheduler is not running")
             self._scheduler.modify_job(schedule_id, next_run_time=dt.datetime.now().astimezone())
+
+    def _refuse_invalid(self, schedule_id: str) -> None:
+        if schedule_id in self.invalid:
+            raise ValueError(f"schedule {schedule_id} is invalid ({self.invalid[schedule_id]}); "
+                             "remove it and add it again")
 
     def next_fire_times(self) -> dict[str, dt.datetime | None]:
         """Each schedule's next fire (local time, no zone); None while paused."""

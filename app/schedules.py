@@ -138,6 +138,16 @@ class ScheduleSpec:
                    drift_threshold=row["drift_threshold"])
 
 
+def spec_or_problem(row: dict) -> tuple["ScheduleSpec | None", str | None]:
+    """A stored schedule as a spec, or why it cannot be one now (a trace file deleted since,
+    settings a newer version refuses): one bad row must not stop the listing or the others."""
+    try:
+        return ScheduleSpec.from_row(row), None
+    except (ValueError, TypeError, KeyError) as exc:
+        text = str(exc).strip()
+        return None, text.splitlines()[0] if text else type(exc).__name__
+
+
 def canary_settings(live: dict, sessions: int = 8, duration_s: float = 10.0) -> dict:
     """A canary on the live settings: everything a recorded run (or the Load page) used —
     engine, model, policy, W, S, pool, admission, guards — with a fixed load of its own, so

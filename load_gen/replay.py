@@ -28,19 +28,16 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from load_gen.frames import Frame
 from load_gen.generated import SyntheticFrames, session_seed
+from load_gen.trace_file import MAX_SESSIONS, TRACE_COLUMNS, TRACE_SUFFIXES, read_sessions  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-TRACE_COLUMNS = ("session_id", "start_s", "end_s", "tokens_in", "tokens_out")
-TRACE_SUFFIXES = (".csv", ".parquet")
-MAX_SESSIONS = 100_000
 # The load fields a recording fixes; a replay takes them unless the operator sets them.
 RECORDED_FIELDS = ("frame_ms", "tokens_in", "tokens_out", "sessions", "duration_s", "seed",
                    "session_s", "stagger")
@@ -49,11 +46,12 @@ RECORDED_FIELDS = ("frame_ms", "tokens_in", "tokens_out", "sessions", "duration_
 @dataclass(frozen=True)
 class ReplaySession:
     frames: int
-    tokens_in: int | tuple[int, ...]  # one count for every frame, or one per frame
+    # One count for every frame, or one per frame (a trace file's: a memoryview of uint16).
+    tokens_in: int | tuple[int, ...] | memoryview
     tokens_out: int | tuple[int, ...]
 
     def tokens_in_at(self, k: int) -> int:
-        return self.tokens_in if isinstance(self.tokens_in, int) else self.tokens_in[k]
+        return self.tokens_in if isinstance(self.tokens_in, int) else int(self.tokens_in[k])
 
     def tokens_out_at(self, k: int) -> int:
         return self.tokens_out if isinstance(self.tokens_out, int) else self.tokens_out[k]
@@ -172,7 +170,7 @@ def _compact(values: list[int], default: int) -> int | tuple[int, ...]:
     return values[0] if len(set(values)) == 1 else tuple(values)
 
 
-# --- trace files --------------------------------------------------------------------------
+# --- trace files (read and validated by DuckDB: load_gen/trace_file.py) --------------------
 def file_trace(path: str, frame_ms: float) -> ReplayTrace:
     p = Path(path).expanduser()
     if not p.is_file():
@@ -184,78 +182,20 @@ def file_trace(path: str, frame_ms: float) -> ReplayTrace:
     return _file_trace(str(p.resolve()), st.st_mtime_ns, st.st_size, float(frame_ms))
 
 
-@lru_cache(maxsize=16)
+# One trace kept: RunConfig validates it and the runner then plays it, so it is read once per
+# run; a second trace replaces the first (a trace can hold millions of frames).
+@lru_cache(maxsize=1)
 def _file_trace(path: str, _mtime_ns: int, _size: int, frame_ms: float) -> ReplayTrace:
-    rows = _read_rows(path)
-    if not rows:
-        raise ValueError(f"trace file {path} has no rows")
+    t = read_sessions(path, frame_ms)
     frame_s = frame_ms / 1e3
-    by_session: dict[object, list[dict]] = {}
-    for i, r in enumerate(rows):
-        _check_row(path, i, r)
-        by_session.setdefault(r["session_id"], []).append(r)
-    if len(by_session) > MAX_SESSIONS:
-        raise ValueError(f"trace file {path} has {len(by_session)} sessions; at most "
-                         f"{MAX_SESSIONS}")
-    per_frame = any(len(v) > 1 for v in by_session.values())
-    order = "frame_idx" if per_frame and "frame_idx" in rows[0] else "start_s"
-    built = []
-    for sid, session_rows in by_session.items():
-        if per_frame:
-            session_rows = sorted(session_rows, key=lambda r: r[order])
-            n = len(session_rows)
-            tin = _compact([int(r["tokens_in"]) for r in session_rows], 1)
-            tout = _compact([int(r["tokens_out"]) for r in session_rows], 1)
-        else:
-            (r,) = session_rows
-            n = max(1, math.ceil((r["end_s"] - r["start_s"]) / frame_s - 1e-9))
-            tin, tout = int(r["tokens_in"]), int(r["tokens_out"])
-        built.append((float(session_rows[0]["start_s"]), str(sid),
-                      ReplaySession(n, tin, tout)))
-    built.sort(key=lambda b: (b[0], b[1]))
-    arrivals = tuple(b[0] for b in built)
-    sessions = tuple(b[2] for b in built)
+    sessions = tuple(ReplaySession(n, tin, t["tokens_out"])
+                     for n, tin in zip(t["frames"], t["tokens_in"]))
+    arrivals = tuple(t["starts"])
     # Long enough for the last session's last frame, one period of slack for its start tick.
     duration = max(a + s.frames * frame_s for a, s in zip(arrivals, sessions)) + frame_s
-    tokens_in = Counter(r["tokens_in"] for r in rows).most_common(1)[0][0]
-    tokens_out = Counter(r["tokens_out"] for r in rows).most_common(1)[0][0]
     settings = {"sessions": len(sessions), "duration_s": round(duration, 6),
-                "tokens_in": int(tokens_in), "tokens_out": int(tokens_out), "session_s": None}
-    logger.info("trace %s: %d sessions, %s rows", path, len(sessions), len(rows))
+                "tokens_in": t["tokens_in_mode"], "tokens_out": t["tokens_out"],
+                "session_s": None}
     return ReplayTrace(f"trace {Path(path).name}", arrivals, sessions, None, None, settings)
 
 
-def _read_rows(path: str) -> list[dict]:
-    import duckdb
-
-    reader = "read_parquet" if path.lower().endswith(".parquet") else "read_csv"
-    con = duckdb.connect()
-    try:
-        rel = con.execute(f"SELECT * FROM {reader}(?)", [path])
-        columns = [d[0] for d in rel.description]
-        missing = [c for c in TRACE_COLUMNS if c not in columns]
-        if missing:
-            raise ValueError(f"trace file {path} lacks column(s) {', '.join(missing)} (needs "
-                             f"{', '.join(TRACE_COLUMNS)})")
-        return [dict(zip(columns, r)) for r in rel.fetchall()]
-    except duckdb.Error as exc:
-        raise ValueError(f"trace file {path} cannot be read: {str(exc).splitlines()[0]}") \
-            from None
-    finally:
-        con.close()
-
-
-def _check_row(path: str, i: int, r: dict) -> None:
-    where = f"trace file {path} row {i + 1}"
-    for key in TRACE_COLUMNS:
-        if r[key] is None:
-            raise ValueError(f"{where}: {key} is empty")
-    for key in ("start_s", "end_s"):
-        if not isinstance(r[key], (int, float)) or not math.isfinite(r[key]) or r[key] < 0:
-            raise ValueError(f"{where}: {key} {r[key]!r} must be a number ≥ 0")
-    if r["end_s"] <= r["start_s"]:
-        raise ValueError(f"{where}: end_s {r['end_s']} must be after start_s {r['start_s']}")
-    if not isinstance(r["tokens_in"], int) or not 1 <= r["tokens_in"] <= 8192:
-        raise ValueError(f"{where}: tokens_in {r['tokens_in']!r} must be in [1, 8192]")
-    if not isinstance(r["tokens_out"], int) or not 1 <= r["tokens_out"] <= 1024:
-        raise ValueError(f"{where}: tokens_out {r['tokens_out']!r} must be in [1, 1024]")

@@ -9,11 +9,19 @@ from control.limits import LIMITS
 from control.placement import PLACEMENTS
 from engine import ENGINES
 from engine.config import EngineConfig
-from engine.contract import KVPolicy
+from engine.contract import POLICIES, KVPolicy
 from load_gen.synthetic import LoadConfig
 from runtime import replay as _replay  # noqa: F401 - installs the recorded-run reader
 
 MAX_DURATION_S = 7 * 24 * 3600.0  # a week: longer runs are a soak, split them into runs
+# The shortest frame period: a speech frame is 10 ms at the finest (the usual feature hop;
+# codecs use 20-80 ms), and each period is also a tick of the loop (telemetry, a store row, a
+# pool sample). Below it a real engine's step cannot keep the beat, and a twin run of 10 s at
+# 0.001 ms would be ten million ticks that never end in practice.
+MIN_FRAME_MS = 10.0
+# The store keeps seeds, block and token counts in 32-bit INTEGER columns (store/schema.py):
+# validation admits only what those columns hold, so a run's row is never refused.
+INT32_MAX = 2**31 - 1
 # What a scheduled change may set, and how its value is read from text.
 CHANGE_KEYS = ("window", "sinks", "policy", "target", "limit", "stall_guard")
 
@@ -39,6 +47,15 @@ class ScheduledChange:
                 kinds[self.key] is int and isinstance(self.value, bool)):
             raise ValueError(f"change {self.key}={self.value!r} needs a "
                              f"{kinds[self.key].__name__} value")
+
+        if self.key in ("window", "sinks") and not 0 <= self.value <= INT32_MAX:
+            raise ValueError(f"change {self.key}={self.value} must be in [0, {INT32_MAX}] tokens")
+        if self.key == "target" and not 0 < self.value <= 1:
+            raise ValueError(f"change target={self.value} must be in (0, 1] of the budget")
+        if self.key == "limit" and self.value not in LIMITS:
+            raise ValueError(f"change limit={self.value!r} is not one of {', '.join(LIMITS)}")
+        if self.key == "policy" and self.value not in POLICIES:
+            raise ValueError(f"change policy={self.value!r} is not one of {', '.join(POLICIES)}")
 
     @classmethod
     def parse(cls, text: str) -> "ScheduledChange":
@@ -73,6 +90,34 @@ ADMISSIONS = LIMITS
 def _positive(name: str, value: float, unit: str = "") -> None:
     if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} {value}{unit} must be > 0")
+
+
+def _int_in(name: str, value, low: int, high: int = INT32_MAX) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{name} {value!r} must be an integer in [{low}, {high}]")
+
+
+def check_changes(cfg: "RunConfig") -> None:
+    """Play the scheduled changes in order against the run's settings, so a change that
+    could never apply (a window below one block, sinks ≥ the window, a window the pool cannot
+    hold) is refused before the run starts, as every other flag is. What only the engine can
+    judge (sinks on an unsupported backend) is still refused live, as a param_rejected event."""
+    policy = cfg.kv_policy()
+    for change in sorted(cfg.changes, key=lambda c: c.at_s):
+        if change.key not in ("window", "sinks", "policy"):
+            continue
+        fields = {"policy": policy.kind, "window": policy.window_tokens,
+                  "sinks": policy.sink_tokens, change.key: change.value}
+        where = f"change at {change.at_s:g} s ({change.key}={change.value})"
+        try:
+            policy = KVPolicy(fields["policy"], fields["window"], fields["sinks"])
+            policy.check_block_size(cfg.block_size)
+            per_session = policy.blocks_per_session(cfg.block_size)
+            if per_session is not None and per_session > cfg.pool_blocks:
+                raise ValueError(f"a session's window needs {per_session} blocks; the pool has "
+                                 f"{cfg.pool_blocks}")
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -126,6 +171,24 @@ class RunConfig:
         if self.engine not in ENGINES:
             raise ValueError(f"engine {self.engine!r} is not one of {', '.join(ENGINES)}")
         _positive("frame period", self.frame_ms, " ms")
+        if self.frame_ms < MIN_FRAME_MS:
+            raise ValueError(f"frame period {self.frame_ms:g} ms must be ≥ {MIN_FRAME_MS:g} ms "
+                             "(the shortest speech frame; each period is also a loop tick)")
+        _int_in("seed", self.seed, 0)
+        _int_in("pool blocks", self.pool_blocks, 2)
+        _int_in("block size", self.block_size, 1)
+        _int_in("data parallel size", self.data_parallel_size, 1)
+        if self.pool_blocks * self.block_size * self.data_parallel_size > INT32_MAX:
+            # ticks.total_blocks and steps.resident_tokens are 32-bit columns too
+            raise ValueError(f"pool of {self.pool_blocks} blocks × {self.block_size} tokens × "
+                             f"{self.data_parallel_size} rank(s) must hold at most {INT32_MAX} "
+                             "tokens (the store's 32-bit columns)")
+        if self.max_model_len is not None:
+            _int_in("max model len", self.max_model_len, 1)
+        for name, value in (("window", self.window), ("sinks", self.sinks)):
+            if value is not None and (not isinstance(value, int) or abs(value) > INT32_MAX):
+                # the sign is KVPolicy's to judge, the size the store's
+                raise ValueError(f"{name} {value!r} must be an integer of at most {INT32_MAX}")
         if self.budget_ms is not None:
             _positive("budget", self.budget_ms, " ms")
         if not 1 <= self.tokens_in <= 8192:
@@ -166,6 +229,7 @@ class RunConfig:
         if self.policy == "unbounded" and self.window is not None:
             raise ValueError(f"window {self.window} only applies to policy window")
         self.engine_config()  # validates policy, pool and block size
+        check_changes(self)
         load = self.load_config()  # validates the load shape (a replay reads its trace once)
         if load.kind == "replay":
             from load_gen import replay

@@ -38,6 +38,7 @@ from runtime.remote import ORIGIN
 from runtime.sessions import Sessions
 from runtime.summary import summarise, write_run_end, write_run_start
 from runtime.telemetry import EngineFailed, Telemetry
+from store.archive_fs import checked_id
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,9 @@ class Runner:
         self.config = config
         self.engine = engine
         self.store = store
-        self.run_id = run_id or f"{dt.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+        # An id becomes an archive folder name one day: refuse what could not be one.
+        self.run_id = (checked_id(run_id) if run_id is not None
+                       else f"{dt.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}")
         self._stop = threading.Event()
         self._stop_reason = "stopped by operator"
         self._thread: threading.Thread | None = None
@@ -140,6 +143,7 @@ class Runner:
         write_run_start(self.recorder, self.engine)
         self.changes.snapshot(0.0, "start", "start")
         lost_before = writer.health()["rows_lost"]
+        storage_before = writer.storage_failures
         t0 = self.recorder.t0 = self.engine.now()
         status, reason = "finished", None
         try:
@@ -195,9 +199,17 @@ class Runner:
         try:
             writer.flush(FINAL_FLUSH_TIMEOUT_S)
         except TimeoutError as exc:  # the run must not stay 'running' behind a stuck store
-            status, reason = "failed", f"store: {exc}; percentiles may be incomplete"
+            # Not yet lost, not yet written: said, so rows_lost is not read as the whole loss.
+            status, reason = "failed", (f"store: {exc}; {writer.health()['queued']} item(s) "
+                                        "still queued; percentiles may be incomplete")
             logger.error("run %s: %s", self.run_id, reason)
         health = writer.health()
+        if writer.storage_failures > storage_before and status != "failed":
+            # The disk refused rows of this run: its record is incomplete, so it failed.
+            status = "failed"
+            reason = (f"store could not write ({health['storage_error'] or writer.last_error}); "
+                      "the rows that reached the disk are kept")
+            logger.error("run %s: %s", self.run_id, reason)
         # The writer serves every run of the process: report what was lost during this one.
         lost = {table: n - lost_before.get(table, 0) for table, n in health["rows_lost"].items()
                 if n > lost_before.get(table, 0)}

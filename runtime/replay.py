@@ -22,7 +22,9 @@ def recorded_trace(run_id: str, db: str | None = None) -> ReplayTrace:
     return _recorded_trace(key, run_id)
 
 
-@lru_cache(maxsize=32)  # a finished run never changes (archiving moves it unchanged)
+# A finished run never changes (archiving moves it unchanged). Few kept: a recorded trace holds
+# tokens out per frame for up to 100k sessions, and a replay needs one (or its source's) at once.
+@lru_cache(maxsize=4)
 def _recorded_trace(db: str, run_id: str) -> ReplayTrace:
     from store import archive, open_store, queries
 

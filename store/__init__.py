@@ -17,7 +17,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_DB = "metronome.duckdb"
 
-__all__ = ["DEFAULT_DB", "RUN_STATUSES", "TABLES", "Store", "StoreError", "db_path", "open_store"]
+__all__ = ["DEFAULT_DB", "RUN_STATUSES", "TABLES", "Store", "StoreError", "db_path", "open_existing",
+           "open_store"]
 
 
 class StoreError(RuntimeError):
@@ -53,12 +54,18 @@ class Store:
             "reason = COALESCE(reason, 'the process ended before the run finished') "
             "WHERE status = 'running'")
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Stop the writer, then close the connection: never the other way round, and never
+        under a writer still inside DuckDB (that aborts the process). False when the writer
+        did not stop; the connection is then left to the process's end."""
         if self._closed:
-            return
+            return True
         self._closed = True
-        self.writer.close()
+        if not self.writer.close():
+            logger.error("database %s left open: its writer is still busy", self.path)
+            return False
         self._con.close()
+        return True
 
 
 def _connect(path: str):
@@ -95,3 +102,13 @@ def open_store(path: str | None = None) -> Store:
             store = Store(resolved)
             _stores[key] = store
         return store
+
+
+def open_existing(path: str | None = None) -> Store:
+    """open_store for commands that only read or maintain what is there (`runs`, `report`,
+    `archive`, ...): a database that does not exist is a mistyped --db, refused rather than
+    created empty."""
+    resolved = db_path(path)
+    if resolved != ":memory:" and not Path(resolved).expanduser().is_file():
+        raise StoreError(f"database {resolved} does not exist (check --db or $METRONOME_DB)")
+    return open_store(resolved)

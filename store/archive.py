@@ -12,18 +12,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
+from store.archive_fs import UnsafePath, checked_id, RUN_ID, durable_rename, remove_tree
 from store.schema import RUN_TABLES
 
 logger = logging.getLogger(__name__)
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9_.-]+$")  # ids become folder names and SQL string literals
+MAX_AGE_S = 36500 * 86400.0  # a century: beyond it datetime arithmetic overflows
 
 
 class ArchiveMismatch(RuntimeError):
@@ -46,12 +45,6 @@ def archive_dir(db_path: str) -> Path:
     return Path(str(Path(db_path).expanduser().resolve()) + ".archive")
 
 
-def _checked_id(run_id: str) -> str:
-    if not _RUN_ID.match(run_id or ""):
-        raise ValueError(f"run id {run_id!r} may hold only letters, digits, '.', '_' and '-'")
-    return run_id
-
-
 def _quote(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
@@ -59,8 +52,9 @@ def _quote(path: Path) -> str:
 def old_runs(cur, max_age_s: float, now: dt.datetime | None = None) -> list[str]:
     """Runs that ended (or started, if they never recorded an end) more than max_age_s ago;
     a run still 'running' is never old."""
-    if not max_age_s > 0:
-        raise ValueError(f"retention age {max_age_s} s must be > 0")
+    if not 0 < max_age_s <= MAX_AGE_S:  # also refuses nan and inf
+        raise ValueError(f"retention age {max_age_s} s must be in (0, {MAX_AGE_S:.0f}] s "
+                         "(a century)")
     cutoff = (now or dt.datetime.now()) - dt.timedelta(seconds=max_age_s)
     rows = cur.execute(
         "SELECT run_id FROM runs WHERE status <> 'running' "
@@ -80,26 +74,33 @@ def archive_older_than(store, max_age_s: float, now: dt.datetime | None = None
 
 
 def archive_run(store, run_id: str) -> ArchiveResult:
-    """Move one run's rows to Parquet, verified, then delete them from the database."""
-    _checked_id(run_id)
+    """Move one run's rows to Parquet, verified and fsynced, then delete them from the
+    database. A run id that is not a safe folder name is kept in the database (status failed),
+    never turned into a path."""
     root = archive_dir(store.path)
-    final = root / run_id
-    partial = root / f"{run_id}.partial"
+    partial = None
     try:
+        checked_id(run_id)
+        final = root / run_id
+        partial = root / f"{run_id}.partial"
         counts = _db_counts(store.cursor(), run_id)
         if counts["runs"] != 1:
             raise ArchiveMismatch(f"run {run_id} has {counts['runs']} rows in runs, expected 1")
-        shutil.rmtree(partial, ignore_errors=True)
+        remove_tree(root, partial)
         partial.mkdir(parents=True)
         written = _write_parquet(store.cursor(), run_id, partial)
         if written != counts:
             raise ArchiveMismatch(f"Parquet rows {written} differ from the database's {counts}")
-        if final.exists():  # an earlier attempt got this far but its delete did not happen
-            shutil.rmtree(final)
-        partial.rename(final)
+        # An earlier attempt got this far but its delete did not happen.
+        remove_tree(root, final)
+        durable_rename(partial, final)  # on disk before a single row is deleted
         store.writer.call(lambda con: _delete_counted(con, run_id, counts))
-    except (ArchiveMismatch, OSError, duckdb.Error) as exc:
-        shutil.rmtree(partial, ignore_errors=True)
+    except (ArchiveMismatch, UnsafePath, OSError, duckdb.Error) as exc:
+        if partial is not None:
+            try:
+                remove_tree(root, partial)
+            except OSError as cleanup:  # the real error is what the operator needs
+                logger.warning("retention: could not remove %s: %s", partial, cleanup)
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         logger.warning("retention: run %s kept in the database: %s", run_id, reason)
         result = ArchiveResult(run_id, "failed", reason)
@@ -149,8 +150,11 @@ def _delete_counted(con, run_id: str, expected: dict) -> None:
         for table in RUN_TABLES:
             con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
         con.commit()
-    except BaseException:
-        con.rollback()
+    except BaseException as exc:
+        try:  # a failed commit has already ended the transaction: rollback would say
+            con.rollback()  # "no transaction is active" and hide the real error
+        except duckdb.Error as rollback_error:
+            logger.debug("rollback after %s: %s", type(exc).__name__, rollback_error)
         raise
 
 
@@ -164,7 +168,7 @@ def archived_runs(db_path: str) -> list[str]:
     if not root.is_dir():
         return []
     return sorted((p.name for p in root.iterdir()
-                   if p.is_dir() and not p.name.endswith(".partial")
+                   if p.is_dir() and RUN_ID.fullmatch(p.name)
                    and (p / "runs.parquet").is_file()), reverse=True)
 
 
@@ -172,7 +176,7 @@ def open_archived(db_path: str, run_id: str):
     """An in-memory DuckDB connection whose tables runs, frames, ticks, events and steps are
     views over one archived run's Parquet files, so every query in store.queries (and the
     console's views) reads it as if it were still in the database. The caller closes it."""
-    folder = archive_dir(db_path) / _checked_id(run_id)
+    folder = archive_dir(db_path) / checked_id(run_id)
     if not (folder / "runs.parquet").is_file():
         raise ValueError(f"run {run_id} is not archived in {folder.parent}")
     con = duckdb.connect()

@@ -38,6 +38,12 @@ def set_paused(store, schedule_id: str, paused: bool) -> None:
         "UPDATE schedules SET paused = ? WHERE schedule_id = ?", [paused, schedule_id]))
 
 
+def set_invalid(store, schedule_id: str, reason: str | None) -> None:
+    """Mark a schedule that cannot run (reason) or valid again (None)."""
+    store.writer.call(lambda con: con.execute(
+        "UPDATE schedules SET invalid = ? WHERE schedule_id = ?", [reason, schedule_id]))
+
+
 def delete_schedule(store, schedule_id: str) -> None:
     """The schedule and its fire rows; the runs its fires made stay in the store."""
     def delete(con):

@@ -233,6 +233,9 @@ ALTER TABLE calibrations ADD COLUMN IF NOT EXISTS periods VARCHAR;
 -- Where a frame's session came from: the run's load kind, or "gateway" for a remote client
 -- (a frame the load client recorded: "client").
 ALTER TABLE frames ADD COLUMN IF NOT EXISTS origin VARCHAR;
+-- Why a schedule cannot run (its trace deleted, settings no longer valid); NULL: it can.
+-- Set when a scheduler starts; an invalid schedule is skipped, the others still fire.
+ALTER TABLE schedules ADD COLUMN IF NOT EXISTS invalid VARCHAR;
 """
 
 TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models", "settings_history",

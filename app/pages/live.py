@@ -7,6 +7,7 @@ import streamlit as st
 from app import demo, views
 from app.console import LIVE, PAGES, run_host, store
 from app.engine_host import ACTIVE, one_line
+from app.live_cache import LiveCache
 from store import StoreError, queries
 
 REFRESH_S = 1.0
@@ -52,7 +53,7 @@ def live(selected: str) -> None:
     row = queries.run_row(cur, run_id)
     if row is None:
         return  # the run's row comes with its first tick
-    data = views.live_data(cur, row, st.session_state.setdefault("_live_cache", {}))
+    data = views.live_data(cur, row, st.session_state.setdefault("_live_cache", LiveCache()))
     views.header(row, live=is_current and row["status"] == "running", history=data.history,
                  store_health=store().writer.health() if is_current else None)
     views.summary_metrics(row["summary"])

@@ -14,7 +14,7 @@ import streamlit as st
 from app import schedules, views
 from app.console import scheduler, store
 from app.engine_host import one_line
-from app.schedules import ScheduleSpec
+from app.schedules import ScheduleSpec, spec_or_problem
 from runtime import ENGINES
 from store import StoreError, queries
 from store import schedules as table
@@ -109,7 +109,11 @@ for _, last in latest[latest.drifted].iterrows():
     st.warning(f"drift in {last['name']}: {last.drift_note}")
 overview = []
 for row in rows:
-    spec = ScheduleSpec.from_row(row)
+    spec, problem = spec_or_problem(row)
+    if spec is None:
+        st.error(f"schedule {row['name']} ({row['schedule_id']}) is invalid and skipped: "
+                 f"{problem}")
+        continue
     last = latest.loc[row["schedule_id"]] if row["schedule_id"] in latest.index else None
     at = next_fire.get(row["schedule_id"])
     overview.append({

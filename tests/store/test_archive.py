@@ -87,5 +87,5 @@ def test_running_and_young_runs_are_never_archived(store):
         [dt.datetime.now() - dt.timedelta(days=90)]))
     execute(RunConfig(**LOAD), store)
     assert archive.old_runs(store.cursor(), 30 * 86400) == []
-    with pytest.raises(ValueError, match="retention age 0 s must be > 0"):
+    with pytest.raises(ValueError, match=r"retention age 0 s must be in \(0, "):
         archive.old_runs(store.cursor(), 0)

@@ -31,11 +31,11 @@ def test_a_bad_row_costs_only_itself(store):
 
 
 class _FailingConnection:
-    """A cursor whose inserts into `ticks` fail once the run passes tick 30 (a disk that filled
-    up mid-run): every batch holding such a row fails, and so does each such row alone."""
+    """A cursor whose inserts into `ticks` fail once the run passes tick 30: `error` is what
+    the failing insert raises (a disk that filled up, or a value no row of the table takes)."""
 
-    def __init__(self, con):
-        self._con, self._batch = con, None
+    def __init__(self, con, error):
+        self._con, self._batch, self._error = con, None, error
 
     def register(self, name, df):
         self._batch = df
@@ -43,24 +43,94 @@ class _FailingConnection:
 
     def execute(self, sql, *args):
         if sql.startswith("INSERT INTO ticks ") and (self._batch["tick"] >= 30).any():
-            raise OSError("No space left on device (simulated)")
+            raise self._error
         return self._con.execute(sql, *args)
 
     def __getattr__(self, name):
         return getattr(self._con, name)
 
 
-def test_a_run_reports_the_rows_it_lost_and_keeps_the_rest(store):
-    store.writer._con = _FailingConnection(store.writer._con)
+def _ticks(store, run_id):
+    return store.cursor().execute("SELECT count(*) FROM ticks WHERE run_id = ?",
+                                  [run_id]).fetchone()[0]
+
+
+def test_a_full_disk_fails_the_run_with_its_cause_and_keeps_what_reached_it(store):
+    """Storage failure: no row-by-row retry (each batch costs one try), every row not written
+    is counted, the run is failed with the cause, and the rows that reached the disk stay."""
+    store.writer._con = _FailingConnection(store.writer._con,
+                                           OSError("No space left on device (simulated)"))
+    s = execute(RunConfig(engine="twin", policy="window", window=64, pool_blocks=64,
+                          sessions=4, duration_s=5.0), store)
+    assert s["status"] == "failed" and "No space left on device" in s["reason"]
+    total = int(5.0 / 0.08 + 0.5)
+    n_ticks = _ticks(store, s["run_id"])
+    assert n_ticks <= 30 and n_ticks + s["rows_lost"] == total  # every tick written or counted
+    assert "No space left on device" in s["store_errors"]["ticks"]
+    assert frame_counts(store.cursor(), s["run_id"])["frames"] == s["frames"]
+    status, reason = store.cursor().execute(
+        "SELECT status, reason FROM runs WHERE run_id = ?", [s["run_id"]]).fetchone()
+    assert status == "failed" and "No space left on device" in reason
+
+
+def test_a_bad_value_costs_only_its_rows_and_the_run_goes_on(store):
+    """A bad row (not storage): retried row by row, so the ticks before 30 are all written."""
+    store.writer._con = _FailingConnection(store.writer._con,
+                                           ValueError("Conversion Error: out of range"))
     s = execute(RunConfig(engine="twin", policy="window", window=64, pool_blocks=64,
                           sessions=4, duration_s=5.0), store)
     assert s["status"] == "finished"
-    n_ticks = store.cursor().execute("SELECT count(*) FROM ticks WHERE run_id = ?",
-                                     [s["run_id"]]).fetchone()[0]
-    assert n_ticks == 30 and s["rows_lost"] == int(5.0 / 0.08 + 0.5) - 30
-    assert "No space left on device" in s["store_errors"]["ticks"]
-    # Every row that could be written was: all frames are there.
-    assert frame_counts(store.cursor(), s["run_id"])["frames"] == s["frames"]
+    assert _ticks(store, s["run_id"]) == 30 and s["rows_lost"] == int(5.0 / 0.08 + 0.5) - 30
+
+
+def test_a_streak_of_bad_rows_stops_the_row_by_row_retry(store, monkeypatch):
+    """Every row bad (a value all rows share): the retry gives up after MAX_BAD_STREAK rows
+    instead of paying ~12 ms for each of thousands, and still counts every row."""
+    calls = []
+
+    class _AllBad:
+        def __init__(self, con):
+            self._con = con
+
+        def execute(self, sql, *args):
+            if sql.startswith("INSERT INTO frames"):
+                calls.append(1)
+                raise ValueError("Conversion Error: INT32 out of range")
+            return self._con.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self._con, name)
+
+    store.writer._con = _AllBad(store.writer._con)
+    store.writer.add_many("frames", [_frame("streak", i) for i in range(1000)])
+    assert store.writer.flush() == 1000
+    assert len(calls) == 1 + writer_module.MAX_BAD_STREAK
+
+
+def test_close_never_closes_the_connection_under_a_busy_writer(store):
+    """A writer stuck inside a write when the store closes: close() abandons what is queued
+    (counted lost), returns False, and leaves the connection open (closing it under the thread
+    is a C++ terminate); once the write returns, the thread ends by itself."""
+    gate = threading.Event()
+
+    class _Stuck:
+        def __init__(self, con):
+            self._con = con
+
+        def execute(self, sql, *args):
+            gate.wait(20)
+            return self._con.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self._con, name)
+
+    w = StoreWriter(_Stuck(store.cursor()), flush_interval_s=0.01)
+    w.execute("SELECT 1")
+    w.add_many("frames", [_frame("stuck", i) for i in range(10)])
+    assert w.close(timeout=0.2) is False and w.alive
+    gate.set()
+    w._thread.join(5)
+    assert not w.alive and w.health()["rows_lost"]["frames"] == 10
 
 
 def test_a_full_queue_slows_the_producer_then_counts_what_it_could_not_take(monkeypatch, store):
