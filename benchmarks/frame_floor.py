@@ -39,7 +39,8 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def _raw_session(llm, sid: int, frames: int, period_s: float, t0: float,
-                       tokens_in: int, tokens_out: int, vocab: int, out: list[float]) -> None:
+                       tokens_in: int, tokens_out: int, vocab: int, out: list[float],
+                       first_out: list[float]) -> None:
     from vllm import SamplingParams
     from vllm.engine.protocol import StreamingInput
     from vllm.inputs import TokensPrompt
@@ -57,46 +58,56 @@ async def _raw_session(llm, sid: int, frames: int, period_s: float, t0: float,
             yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=ids),
                                  sampling_params=params)
 
-    done = 0
+    done, first_seen = 0, False
     async for result in llm.generate(chunks(), params, f"raw-{sid}-{time.monotonic_ns()}"):
         completion = result.outputs[0] if result.outputs else None
-        if completion is not None and completion.finish_reason is not None:
+        if completion is None:
+            continue
+        if completion.token_ids and not first_seen:
+            first_out.append((time.perf_counter() - submitted[done]) * 1e3)
+            first_seen = True
+        if completion.finish_reason is not None:
             out.append((time.perf_counter() - submitted[done]) * 1e3)
-            done += 1
+            done, first_seen = done + 1, False
     out.extend([float("inf")] * (frames - done))
 
 
 def raw_frames(engine, sessions: int, frame_ms: float, duration_s: float, tokens_in: int,
-               tokens_out: int) -> list[float]:
-    """Frame latencies (ms) of `sessions` raw streaming requests on the engine's own loop."""
+               tokens_out: int) -> tuple[list[float], list[float]]:
+    """(frame latencies, first-token latencies) in ms of `sessions` raw streaming requests on
+    the engine's own loop."""
     frames = int(duration_s * 1e3 / frame_ms)
     out: list[float] = []
+    first: list[float] = []
 
     async def drive():
         t0 = time.perf_counter() + 0.05
         await asyncio.gather(*(
             _raw_session(engine._llm, sid, frames, frame_ms / 1e3, t0 + sid * 1e-3, tokens_in,
-                         tokens_out, engine.vocab_size, out) for sid in range(sessions)))
+                         tokens_out, engine.vocab_size, out, first) for sid in range(sessions)))
 
     asyncio.run_coroutine_threadsafe(drive(), engine._loop).result(timeout=duration_s + 120)
-    return out
+    return out, first
 
 
-def metronome_frames(engine, config, store) -> tuple[list[float], dict]:
+def metronome_frames(engine, config, store) -> tuple[list[float], list[float], dict]:
+    """(frame latencies, first-token latencies) in ms of a Runner run, from the store."""
     from runtime import Runner
 
     summary = Runner(config, engine, store).run()
     store.writer.flush()
     rows = store.cursor().execute(
-        "SELECT coalesce(latency_ms, 'inf'::DOUBLE) FROM frames WHERE run_id = ?",
-        [summary["run_id"]]).fetchall()
-    return [r[0] for r in rows], summary
+        "SELECT coalesce(latency_ms, 'inf'::DOUBLE), (t_first - t_submit) * 1e3 FROM frames "
+        "WHERE run_id = ?", [summary["run_id"]]).fetchall()
+    return [r[0] for r in rows], [r[1] for r in rows if r[1] is not None], summary
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--frame-ms", type=float, default=80.0)
     parser.add_argument("--duration", type=float, default=6.0)
+    parser.add_argument("--dtype", default=None, help="force vLLM's dtype (default: "
+                        "engine/dtype.py's choice for this machine)")
     parser.add_argument("--bind", default=None,
                         help="VLLM_CPU_OMP_THREADS_BIND for the engine (default: vLLM's auto)")
     args = parser.parse_args()
@@ -106,33 +117,37 @@ def main() -> int:
     from runtime import RunConfig, make_engine
     from store import Store
 
+    from engine.config import parse_vllm_args
+
     base = RunConfig(engine="vllm", model="tiny", policy="unbounded", pool_blocks=1024,
-                     frame_ms=args.frame_ms, duration_s=args.duration, load="fixed", sessions=1)
+                     frame_ms=args.frame_ms, duration_s=args.duration, load="fixed", sessions=1,
+                     vllm_args=parse_vllm_args([f"dtype={args.dtype}"] if args.dtype else []))
     engine = make_engine(base)
     store = Store(os.path.join(tempfile.mkdtemp(), "floor.duckdb"))
     print(f"vLLM {engine.dtype} ({engine.dtype_reason}); "
           f"VLLM_CPU_OMP_THREADS_BIND={os.environ.get('VLLM_CPU_OMP_THREADS_BIND', 'auto')}; "
           f"{args.frame_ms:g} ms frames, {base.tokens_in} in / {base.tokens_out} out, "
           f"{args.duration:g} s per run")
-    print(f"| sessions | raw p50 | raw p95 | metronome p50 | metronome p95 | p50 ratio "
-          f"| silent (metronome) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| sessions | raw p50 | raw p95 | metronome p50 | metronome p95 | p50 ratio "
+          "| first token p50 raw / metronome | silent (metronome) |")
+    print("|---|---|---|---|---|---|---|---|")
     ratios = []
     try:
         raw_frames(engine, 1, args.frame_ms, 1.0, base.tokens_in, base.tokens_out)  # warm-up
         for n in SESSIONS:
             from dataclasses import replace
 
-            raw = raw_frames(engine, n, args.frame_ms, args.duration, base.tokens_in,
-                             base.tokens_out)
-            ours, summary = metronome_frames(engine, replace(base, sessions=n), store)
+            raw, raw_first = raw_frames(engine, n, args.frame_ms, args.duration, base.tokens_in,
+                                        base.tokens_out)
+            ours, our_first, summary = metronome_frames(engine, replace(base, sessions=n), store)
             ratio = pct(ours, 0.5) / pct(raw, 0.5)
             ratios.append(ratio)
 
             def ms(x):
                 return "> budget" if x == float("inf") or x >= 10 * args.frame_ms else f"{x:.1f}"
             print(f"| {n} | {ms(pct(raw, 0.5))} | {ms(pct(raw, 0.95))} | {ms(pct(ours, 0.5))} "
-                  f"| {ms(pct(ours, 0.95))} | {ratio:.2f} | {summary['silent_rate']:.1%} |")
+                  f"| {ms(pct(ours, 0.95))} | {ratio:.2f} | {ms(pct(raw_first, 0.5))} / "
+                  f"{ms(pct(our_first, 0.5))} | {summary['silent_rate']:.1%} |")
         print(f"median p50 ratio over {len(ratios)} loads: {statistics.median(ratios):.2f}")
     finally:
         engine.shutdown()
