@@ -36,7 +36,7 @@ from runtime.ranks import RankTelemetry, first_stall
 from runtime.record import Recorder
 from runtime.remote import ORIGIN
 from runtime.sessions import Sessions
-from runtime.summary import summarise, write_run_end, write_run_start
+from runtime.summary import settle_store, summarise, write_run_end, write_run_start
 from runtime.telemetry import EngineFailed, Telemetry
 from store.archive_fs import checked_id
 
@@ -196,23 +196,8 @@ class Runner:
         stalled_rank, rank_stall_at = first_stall(ranks)
         if rank_stall_at is not None and (stall_at is None or rank_stall_at < stall_at):
             stall_at = rank_stall_at
-        try:
-            writer.flush(FINAL_FLUSH_TIMEOUT_S)
-        except TimeoutError as exc:  # the run must not stay 'running' behind a stuck store
-            # Not yet lost, not yet written: said, so rows_lost is not read as the whole loss.
-            status, reason = "failed", (f"store: {exc}; {writer.health()['queued']} item(s) "
-                                        "still queued; percentiles may be incomplete")
-            logger.error("run %s: %s", self.run_id, reason)
-        health = writer.health()
-        if writer.storage_failures > storage_before and status != "failed":
-            # The disk refused rows of this run: its record is incomplete, so it failed.
-            status = "failed"
-            reason = (f"store could not write ({health['storage_error'] or writer.last_error}); "
-                      "the rows that reached the disk are kept")
-            logger.error("run %s: %s", self.run_id, reason)
-        # The writer serves every run of the process: report what was lost during this one.
-        lost = {table: n - lost_before.get(table, 0) for table, n in health["rows_lost"].items()
-                if n > lost_before.get(table, 0)}
+        status, reason, store = settle_store(writer, self.run_id, status, reason, lost_before,
+                                             storage_before, FINAL_FLUSH_TIMEOUT_S)
         self.summary = summarise(
             self.recorder, self.store.cursor(), self.engine, status=status, reason=reason,
             end_rel=end_rel, gate=self.gate,
@@ -223,8 +208,7 @@ class Runner:
                    "data_parallel_size": self.ranks.n, "placement": cfg.placement},
             max_resident_blocks=self.sessions.max_resident_blocks(),
             settings=self.changes.values(), changes=self.changes.history,
-            store={"rows_lost": sum(lost.values()),
-                   "store_errors": {table: health["errors"][table] for table in lost}})
+            store=store)
         write_run_end(self.recorder, self.summary)
         try:
             writer.flush(FINAL_FLUSH_TIMEOUT_S)

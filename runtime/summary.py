@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 
 from control.signals import fit_occupancy, predict_t_sat
 from engine.contract import Engine
 from runtime.config import RunConfig
 from runtime.record import Recorder
 from store import queries
+
+logger = logging.getLogger(__name__)
 
 
 def on_off(flag: bool) -> str:
@@ -166,3 +169,28 @@ def late_t_sat(occ_t: list[float], occ_rho: list[float]) -> float | None:
     if fit is None or fit.slope_per_s < 1e-4:
         return None
     return fit.t_sat()
+
+
+def settle_store(writer, run_id: str, status: str, reason: str | None, lost_before: dict,
+                 storage_before: int, timeout_s: float) -> tuple[str, str | None, dict]:
+    """Flush the run's rows; (status, reason, store) where a stuck store or a refused write
+    fails the run with the cause, and store = what the writer lost during this run
+    (rows_lost, store_errors) — the writer serves every run of the process."""
+    try:
+        writer.flush(timeout_s)
+    except TimeoutError as exc:  # the run must not stay 'running' behind a stuck store
+        # Not yet lost, not yet written: said, so rows_lost is not read as the whole loss.
+        status, reason = "failed", (f"store: {exc}; {writer.health()['queued']} item(s) "
+                                    "still queued; percentiles may be incomplete")
+        logger.error("run %s: %s", run_id, reason)
+    health = writer.health()
+    if writer.storage_failures > storage_before and status != "failed":
+        # The disk refused rows of this run: its record is incomplete, so it failed.
+        status = "failed"
+        reason = (f"store could not write ({health['storage_error'] or writer.last_error}); "
+                  "the rows that reached the disk are kept")
+        logger.error("run %s: %s", run_id, reason)
+    lost = {table: n - lost_before.get(table, 0) for table, n in health["rows_lost"].items()
+            if n > lost_before.get(table, 0)}
+    return status, reason, {"rows_lost": sum(lost.values()),
+                            "store_errors": {table: health["errors"][table] for table in lost}}

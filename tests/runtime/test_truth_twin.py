@@ -68,13 +68,25 @@ def test_scheduled_changes_are_history_in_the_summary_and_the_store(store):
     assert ticks[ticks.t > 4.5].used_blocks.max() <= 12 * 3
 
 
+class _FrozenTwin(TwinEngine):
+    """A twin whose W cannot move while running (as an engine that needs a restart for it)."""
+
+    def policy_change_refusal(self, policy):
+        return "this engine cannot change W while running"
+
+
 def test_a_change_the_engine_cannot_take_is_recorded_not_fatal(store):
+    # A change that could never apply is refused before the run, as any bad flag.
+    with pytest.raises(ValueError, match="smaller than one block"):
+        RunConfig(policy="window", window=128, **LOAD,
+                  changes=(ScheduledChange.parse("2:window=16"),))
+    # One only the engine can judge is refused live: on the record, and the run goes on.
     cfg = RunConfig(policy="window", window=128, **LOAD,
-                    changes=(ScheduledChange.parse("2:window=16"),))  # < one block
-    s = execute(cfg, store)
+                    changes=(ScheduledChange.parse("2:window=64"),))
+    s = execute(cfg, store, _FrozenTwin(cfg.engine_config()))
     assert s["status"] == "finished" and s["window"] == 128 and s["changes"] == []
     ev = events(store.cursor(), s["run_id"])
-    assert "smaller than one block" in ev[ev.kind == "param_rejected"].detail.iloc[0]
+    assert "cannot change W while running" in ev[ev.kind == "param_rejected"].detail.iloc[0]
 
 
 @pytest.mark.parametrize("text, message", [
