@@ -55,6 +55,9 @@ def main() -> None:
                                                     cal.block_size)) + 1
         base = RunConfig(engine=args.engine, model=args.model, arrival_rate=rate,
                          session_s=args.session_s, duration_s=args.duration, pool_blocks=pool,
+                         # N_c holds at the calibration's period (80 ms, or longer on a slow CPU)
+                         frame_ms=cal.frame_ms, tokens_in=cal.tokens_in,
+                         tokens_out=cal.tokens_out, block_size=cal.block_size,
                          target=calibration.TARGET_FRACTION, open_budget=args.open_budget,
                          seed=args.seed)
         (config,) = experiments.n_star(base, cal.window_tokens, cal.sink_tokens)
