@@ -10,8 +10,10 @@ pytestmark = pytest.mark.vllm
 
 # 160 ms frames, or the shortest longer period at which this machine serves 6 sessions at half
 # its N_c (tests/vllm_machine.py), for the same 25 frames a session.
+# open_budget 8: all six start in their first two ticks, as the frame counts below assume (the
+# default budget of 2 a tick would defer some by a tick or two).
 SETTINGS = dict(engine="vllm", model="tiny", policy="window", window=128, pool_blocks=64,
-                frame_ms=160.0, duration_s=4.0, sessions=6)
+                frame_ms=160.0, duration_s=4.0, sessions=6, open_budget=8)
 
 
 @pytest.fixture(scope="module")
