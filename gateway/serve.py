@@ -92,4 +92,7 @@ async def _serve(server: uvicorn.Server, runner: Runner, url: str, ready) -> Non
 
 
 def _announce(url: str) -> None:
-    print(f"metronome serve: listening on {url}", file=sys.stderr, flush=True)
+    page = url.replace("ws://", "http://", 1).removesuffix("/v1/realtime") + "/mic"
+    print(f"metronome serve: listening on {url}\n"
+          f"metronome serve: microphone page {page} (a browser offers the microphone on "
+          "localhost or https only)", file=sys.stderr, flush=True)

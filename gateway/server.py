@@ -2,10 +2,11 @@
 
 Each connection runs two tasks on the server's event loop: the receiver (client events →
 the run's inlet: audio into the session's buffer, malformed events answered with `error`) and
-the sender (what the run thread delivers → server events); `/healthz` says which run serves. Both end the connection cleanly:
+the sender (what the run thread delivers → server events). Both end the connection cleanly:
 a client that disconnects, sends garbage too often, floods, or runs ahead of real time ends
 only its own session; the run and the other sessions go on. Errors and the close go through
-the sender's queue, so one task writes to the socket.
+the sender's queue, so one task writes to the socket. Beside it: `/healthz` (which run
+serves) and `/mic`, the operator's microphone page (gateway/mic.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from gateway import protocol
+from gateway import mic, protocol
 from gateway.protocol import GatewayLimits, ProtocolError
 from load_gen.remote import BufferFull, pcm16_to_float
 
@@ -56,7 +57,8 @@ class Gateway:
 
     def routes(self) -> list:
         """What an app mounts (the console's st.App could take these too)."""
-        return [WebSocketRoute("/v1/realtime", self.realtime), Route("/healthz", self._health)]
+        return [WebSocketRoute("/v1/realtime", self.realtime), Route("/healthz", self._health),
+                *mic.routes()]
 
     def app(self) -> Starlette:
         return Starlette(routes=self.routes())

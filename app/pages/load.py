@@ -7,6 +7,7 @@ from app import run_form, views
 from app.replay import with_recorded_load
 from app.console import run_host, store
 from app.engine_host import one_line
+from app.mic_link import GATEWAY_URL_ENV, default_gateway, mic_page_url
 from runtime import RunConfig
 from store import StoreError
 
@@ -39,3 +40,17 @@ with right:
         st.write(f"**{state['status']}** · run {state['run_id']} · "
                  f"{views.engine_label(state['engine'])}")
         st.json(run_form.describe(state["config"]), expanded=True)
+
+st.subheader("Operator's microphone")
+st.caption(
+    "Speak into this browser's microphone as one session of a run served over the wire. The "
+    "page belongs to a running `metronome serve` (e.g. `metronome serve --engine twin --port "
+    "8765`), not to this console: give that server's address below (what serve prints, or "
+    f"host:port), or set `${GATEWAY_URL_ENV}` before starting the console. Browsers offer the "
+    "microphone only on https or localhost: from a laptop, tunnel the port "
+    "(`ssh -L 8765:127.0.0.1:8765 gpu-host`) and use http://localhost:8765.")
+gateway_address = st.text_input("Gateway address", value=default_gateway(), key="gateway_url")
+try:
+    st.link_button("Open the microphone page", mic_page_url(gateway_address))
+except ValueError as exc:
+    st.error(one_line(exc))
