@@ -37,8 +37,11 @@ def test_every_frame_sent_is_in_both_records_and_latencies_agree(serve, tmp_path
     assert (both.tokens_out_client == both.tokens_out_server).all()
     answered = both[both.latency_ms_client.notna() & both.latency_ms_server.notna()]
     gap = answered.latency_ms_client - answered.latency_ms_server
-    # The client's view adds the wire and the wait for the frame's turn, never less than 0.
-    assert (gap > -1.0).all(), gap.min()
+    # The client's view adds the wire and the wait for the frame's turn. Each side stamps the
+    # frame's start on its own clock (the client when it sent the audio, the server when its
+    # tick submitted it), so on two loaded cores a frame can read a few ms shorter from the
+    # client: agreement is within one frame period, as the issue asks, never a frame off.
+    assert (gap > -FRAME_MS).all(), gap.min()
     assert gap.quantile(0.95) < FRAME_MS, gap.describe()
     assert gap.median() < FRAME_MS / 2, gap.describe()
 
