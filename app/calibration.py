@@ -239,7 +239,7 @@ def calibrate(engine: str, model: str, store=None, *, engine_factory=None, progr
     cur = None if store is None else store.cursor()
     result = Calibration(
         engine=engine, model=model, machine=machine_key(engine, cur, cost),
-        dtype=getattr(eng, "dtype", None) or "simulated",
+        dtype=eng.dtype or "simulated",  # the Engine contract's; None for the twin
         calibrated_at=dt.datetime.now().replace(microsecond=0), n_c=n_c,
         n_c_estimate=estimate, target_ms=TARGET_FRACTION * frame_ms, frame_ms=frame_ms,
         tokens_in=base.tokens_in, tokens_out=base.tokens_out, block_size=base.block_size,

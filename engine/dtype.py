@@ -76,6 +76,12 @@ def for_host(override: str | None = None) -> DtypeChoice:
     return choose(host_cpu_flags(), cuda=cuda, cuda_bf16=bf16, override=override)
 
 
+def for_vllm_args(vllm_args) -> DtypeChoice:
+    """The dtype for this machine unless the operator's --vllm-arg pairs name one."""
+    override = dict(vllm_args).get("dtype")
+    return for_host(None if override is None else str(override))
+
+
 def torch_dtype(name: str):
     """The torch dtype for a DTYPES name ("auto": float32, the checkpoint's own here)."""
     import torch

@@ -57,8 +57,7 @@ class VLLMEngine(Engine):
         self._vocab_size = int(info["vocab_size"])
         self.max_model_len = vllm_args.derive_max_model_len(config, info)
         self._ranks = dp_ranks(config)  # each data-parallel engine has pool_blocks
-        override = dict(config.vllm_args).get("dtype")
-        choice = dtypes.for_host(None if override is None else str(override))
+        choice = dtypes.for_vllm_args(config.vllm_args)
         self.dtype, self.dtype_reason = choice.dtype, choice.reason
         logger.info("vLLM dtype %s", choice.reason)
         self._probe = PoolProbe(self._ranks)

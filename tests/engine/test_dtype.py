@@ -38,6 +38,11 @@ def test_engine_args_carry_the_choice_and_the_operators_dtype_last():
     assert engine_args(forced, "m", 2048, on_cpu=True, dtype="float32")["dtype"] == "bfloat16"
 
 
+def test_the_backends_choice_takes_the_operators_dtype():
+    assert dtype.for_vllm_args(parse_vllm_args(["dtype=bfloat16"])).dtype == "bfloat16"
+    assert dtype.for_vllm_args(()).dtype in ("float32", "bfloat16", "float16")
+
+
 def test_this_hosts_flags_are_read():
     flags = dtype.host_cpu_flags()
     assert isinstance(flags, frozenset)
