@@ -171,15 +171,16 @@ def load_token_ids(tokenizer, path: Path, n_tokens: int) -> torch.Tensor:
         max_chars *= 4
 
 
-def load_model(model_path: Path):
-    """This machine's type (engine/dtype.py: bf16 only where the CPU computes it natively) with
+def load_model(model_path: Path, dtype: str | None = None):
+    """This machine's type (engine/dtype.py: bf16 only where the CPU computes it natively;
+    `dtype` overrides it, as --vllm-arg dtype=… does for vLLM) with
     SDPA attention, which takes a custom 4D float mask as given (transformers returns a 4D mask
     unchanged and SDPA then applies it instead of its own causal mask)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from engine.dtype import for_host, torch_dtype
 
-    choice = for_host()
+    choice = for_host(dtype)
     logger.info("quality: model in %s", choice.reason)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(

@@ -1,6 +1,8 @@
 """`metronome demo --json` end to end on real vLLM (tiny model): with this machine's calibration
 (the test session's, stored in the demo's database as `metronome calibrate` would), run the
-derived pair, and the story holds — a cliff and a clean slope, whatever the machine."""
+derived pair, and the story holds — a cliff and a clean slope, whatever the machine. Then the
+console script refits the twin from the demo's vLLM run and runs the twin on it (one engine
+start fewer than a `metronome run --engine vllm` of its own)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,11 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _metronome(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
 def test_demo_calibrates_then_shows_a_cliff_and_a_clean_slope(tmp_path, vllm_machine):
     from store import Store, calibrations
 
@@ -27,9 +34,7 @@ def test_demo_calibrates_then_shows_a_cliff_and_a_clean_slope(tmp_path, vllm_mac
     # two runs with an engine start each
     # 12 s of demo rather than the default 18 (×4 at a 320 ms period): the cliff at a third of
     # the run still leaves two thirds silent, and the suite stays under its 15 minutes.
-    done = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--json", "--db", db,
-                           "--duration", "12"],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    done = _metronome("demo", "--json", "--db", db, "--duration", "12", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     cliff, slope = result["runs"]
@@ -45,3 +50,16 @@ def test_demo_calibrates_then_shows_a_cliff_and_a_clean_slope(tmp_path, vllm_mac
     assert n > 0 and silent / n >= 0.5, (silent, n)
     assert not slope["stalled"] and slope["silent_rate"] <= 0.01, slope
     assert "went silent for every session" in result["story"]
+
+    fit = _metronome("fit-twin", slope["run_id"], "--db", db, "--json")
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    model = json.loads(fit.stdout)
+    assert model["source_run_id"] == slope["run_id"] and model["n_steps"] >= 20
+    twin = _metronome("run", "--engine", "twin", "--json", "--db", db, "--policy", "window",
+                      "--window", "128", "--pool-blocks", "64", "--sessions", "6",
+                      "--frame-ms", "160", "--duration", "4")
+    assert twin.returncode == 0, twin.stderr[-2000:]
+    sim = json.loads(twin.stdout)
+    assert sim["simulated"] is True and sim["twin_cost_source"] == slope["run_id"]
+    refused = _metronome("fit-twin", sim["run_id"], "--db", db)
+    assert refused.returncode == 2 and "is simulated" in refused.stderr
