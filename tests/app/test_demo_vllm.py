@@ -48,7 +48,10 @@ def test_demo_calibrates_then_shows_a_cliff_and_a_clean_slope(tmp_path, vllm_mac
             "WHERE run_id = ? AND t_submit >= ?", [cliff["run_id"], cliff["stall_at_s"]]
         ).fetchone()
     assert n > 0 and silent / n >= 0.5, (silent, n)
-    assert not slope["stalled"] and slope["silent_rate"] <= 0.01, slope
+    # The window never runs out of memory; what silence it has is compute noise, bounded by the
+    # issue's 2 % (CI on a 2-core AVX2 EPYC measured 1.2 % of 1200 frames at N_c / 2 sessions).
+    assert not slope["stalled"] and slope["silent_memory_frames"] == 0, slope
+    assert slope["silent_rate"] <= 0.02, slope
     assert "went silent for every session" in result["story"]
 
     fit = _metronome("fit-twin", slope["run_id"], "--db", db, "--json")
