@@ -13,12 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from control.placement import RankLoad
-from control.signals import OccupancyTracker, StallDetector
+from control.signals import FULL_OCCUPANCY, STALL_TICKS, OccupancyTracker, StallDetector
 from engine.contract import Engine, PoolStats
 from runtime.config import RunConfig
-from runtime.record import FULL_OCCUPANCY, Recorder
-
-STALL_TICKS = 2  # as the engine-wide detector (runtime.telemetry)
+from runtime.record import Recorder
 
 
 @dataclass(frozen=True)

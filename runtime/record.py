@@ -14,6 +14,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
+from control.signals import FULL_OCCUPANCY  # noqa: F401 - named in the causes above
 from engine.contract import FrameHandle
 from runtime.config import RunConfig
 
@@ -27,7 +28,6 @@ logger = logging.getLogger(__name__)
 #   guard    its session was evicted by the stall guard while the frame was owed;
 #   other    the session failed (an engine error for that session).
 SILENT_CAUSES = ("memory", "compute", "guard", "other")
-FULL_OCCUPANCY = 0.9  # the stall detector's "full" (control.signals.StallDetector)
 
 
 @dataclass

@@ -125,8 +125,7 @@ class Sessions:
         # The source advances every period, served or not: speech does not wait for the engine.
         frame = session.frames.next_frame(self._frame_s)
         if frame is None:
-            self.close(session, t_rel, getattr(session.frames, "end_reason", None)
-                       or "source ended")
+            self.close(session, t_rel, session.frames.end_reason or "source ended")
             return None
         if not frame.token_ids:
             # A remote client still owes this frame's audio: look again soon, on the same grid
@@ -264,9 +263,7 @@ class Sessions:
     # --- close --------------------------------------------------------------------------------
     def close(self, session: Session, t_rel: float, why: str) -> None:
         self._finalise(session, self.engine.now(), keep_early=why != "run ended", closing=why)
-        close_source = getattr(session.frames, "close", None)  # sources with a device only
-        if close_source is not None:
-            close_source()  # e.g. releases a microphone stream now, not at garbage collection
+        session.frames.close()  # e.g. releases a microphone stream now, not at garbage collection
         self.engine.close(session.session_id)
         self.live.pop(session.session_id, None)
         self.max_blocks_closed = max(self.max_blocks_closed, session.max_blocks)

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from control.signals import OccupancyTracker, StallDetector
+from control.signals import FULL_OCCUPANCY, STALL_TICKS, OccupancyTracker, StallDetector
 from engine.contract import Engine, PoolStats
 from runtime.config import RunConfig
-from runtime.record import FULL_OCCUPANCY, Recorder
-
-STALL_TICKS = 2  # ticks with a full pool, frames owed and no token out: a stall
+from runtime.record import Recorder
 
 
 class EngineFailed(RuntimeError):
