@@ -23,7 +23,8 @@ import time
 from engine import dtype as dtypes
 from engine import vllm_args
 from engine.config import EngineConfig, dp_ranks
-from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats, check_frame
+from engine.contract import (CLOSED, Engine, FrameHandle, KVPolicy, PoolStats, StepStats,
+                             check_frame)
 from engine.models import model_info, resolve_model
 from engine.sinks.env import apply_env, sink_env
 from engine.sinks.support import refusals_surface
@@ -239,11 +240,11 @@ class VLLMEngine(Engine):
         now = time.perf_counter()
         for handle in session.pending:
             if handle.t_done is None:
-                handle.finish(now, "closed")
+                handle.finish(now, CLOSED)
         while not session.inputs.empty():
             item = session.inputs.get_nowait()
             if item is not None:
-                item[1].finish(now, "closed")
+                item[1].finish(now, CLOSED)
 
     def pool_ranks(self) -> list[PoolStats]:
         sessions = list(self._sessions.values())
@@ -259,7 +260,7 @@ class VLLMEngine(Engine):
                          sum(p.total_blocks for p in pools), sum(p.running for p in pools),
                          sum(p.waiting for p in pools), paused)
 
-    def drain_step_stats(self) -> list[dict]:
+    def drain_step_stats(self) -> list[StepStats]:
         return self._probe.drain(self.config.pool_blocks, self.config.block_size)
 
     def _fatal(self, message: str) -> None:

@@ -82,7 +82,7 @@ class ScriptedEngine(Engine):
         self.opened: list[tuple[int, int | None]] = []
         self.closed: list[int] = []
         self.submitted: list[tuple[int, list[int], FrameHandle]] = []
-        self.steps: list[dict] = []
+        self.steps: list = []  # StepStats, drained by the tick
         self.failure: str | None = None
         self.changes: list[tuple[KVPolicy, Future]] = []  # begin_policy_change, unresolved
         self.refuse_at_once: str | None = None  # begin_policy_change raises ValueError(this)
@@ -147,7 +147,7 @@ class ScriptedEngine(Engine):
     def vocab_size(self) -> int:
         return 1000
 
-    def drain_step_stats(self) -> list[dict]:
+    def drain_step_stats(self) -> list:
         out, self.steps = self.steps, []
         return out
 

@@ -50,7 +50,7 @@ def test_a_skipped_frame_is_censored_at_the_budget_and_a_wait_budget_hides_it():
 ])
 def test_the_cause_of_silence(full, closing, error, cause):
     rec = recorder()
-    rec.pool_full = full
+    rec.pool_full = {0: full, None: full}
     h = handle(0.0, done_at=0.5 if error else None, error=error)
     row = rec.frame(1, 0, 0.0, h, now=0.2, closing=closing)
     assert row["silent"] and row["silent_cause"] == cause
@@ -59,11 +59,12 @@ def test_the_cause_of_silence(full, closing, error, cause):
 
 def test_a_silent_frame_reads_its_own_rank_pool_not_the_engine_mean():
     rec = recorder()
-    rec.pool_full = False  # the engine-wide mean has room...
-    rec.rank_full = {0: False, 1: True}  # ...rank 1 does not
+    rec.pool_full = {None: False, 0: False, 1: True}  # the mean has room, rank 1 has none
     on_full = rec.frame(1, 0, 0.0, handle(0.0), now=0.2, rank=1)
     on_room = rec.frame(2, 0, 0.0, handle(0.0), now=0.2, rank=0)
+    unknown = rec.frame(3, 0, 0.0, handle(0.0), now=0.2, rank=None)  # placed by the engine
     assert (on_full["silent_cause"], on_room["silent_cause"]) == ("memory", "compute")
+    assert unknown["silent_cause"] == "compute"  # the whole engine's pool had room
     assert rec.take_rank_tick(1) == (1, 1) and rec.take_rank_tick(0) == (1, 1)
     assert rec.take_rank_tick(1) == (0, 0)  # taken: counted once per tick
 

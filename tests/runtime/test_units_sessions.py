@@ -20,8 +20,7 @@ def _sessions(cfg=None, engine=None):
 
 
 def _open(sessions, g, session_id, t_rel=0.0, rank=None, source=None):
-    ticket = g.acquire({"rho_now": 0.0, "growth_per_session_per_s": 0.0,
-                        "plateau_per_session": None, "lifetime_s": 1.0})
+    ticket = g.acquire(None)
     return sessions.open(session_id, ticket, t_rel, rank, source)
 
 
@@ -72,10 +71,11 @@ def test_the_tick_counts_tokens_out_and_frames_owed_per_rank():
     h1 = engine.submitted[0][2]
     h1.add_tokens(2, 0.01)
     engine.clock = 0.05  # both submitted over half a frame ago; session 2 has no token yet
-    tokens, owed, tokens_by_rank, owed_by_rank = sessions.tick_counts(engine.clock)
-    assert (tokens, owed) == (2, 2)
-    assert tokens_by_rank == {0: 2, 1: 0} and owed_by_rank == {0: 1, 1: 1}
-    assert sessions.tick_counts(engine.clock)[0] == 0  # counted once
+    counts = sessions.tick_counts(engine.clock)
+    assert (counts.tokens_out, counts.frames_owed) == (2, 2)
+    assert counts.on(0, fleet=2) == (2, 1) and counts.on(1, fleet=2) == (0, 1)
+    assert counts.on(0, fleet=1) == (2, 2)  # a fleet of one owns them all
+    assert sessions.tick_counts(engine.clock).tokens_out == 0  # counted once
     assert sessions.live_by_rank() == {0: 1, 1: 1}
 
 
