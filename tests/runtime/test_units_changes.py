@@ -82,6 +82,7 @@ def test_a_kv_change_does_not_hold_the_tick_and_lands_when_the_engine_confirms()
     changes.apply_pending(1.16)
     (event,) = rec.writer.events("param_change")
     assert event["change"] == "W 128 → 64" and event["requested_t"] == 1.0 and event["t"] == 1.16
+    assert 0 <= event["confirm_ms"] < 1e3  # from the start to the engine's confirmation
     assert followed == [KVPolicy("window", 64, 0)]
 
 
