@@ -14,7 +14,6 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from control.signals import FULL_OCCUPANCY  # noqa: F401 - named in the causes above
 from engine.contract import FrameHandle
 from runtime.config import RunConfig
 from runtime.reasons import Close
@@ -23,8 +22,8 @@ logger = logging.getLogger(__name__)
 
 
 # Why a frame went silent (no output token by its deadline):
-#   memory   the pool was full (ρ ≥ FULL_OCCUPANCY at the last tick before the frame was
-#            finalised): its tokens had no blocks to go to, or its session waited for them;
+#   memory   the pool was full (ρ ≥ control.signals.FULL_OCCUPANCY at the last tick before the
+#            frame was finalised): its tokens had no blocks to go to, or its session waited;
 #   compute  the pool had room, but the step that would serve it ran past the deadline;
 #   guard    its session was evicted by the stall guard while the frame was owed;
 #   other    the session failed (an engine error for that session).
