@@ -16,7 +16,8 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
-from app import charts, experiments, views
+from app import charts, experiments
+from app.live_data import live_data, target_ms
 from store import queries
 
 logger = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ def _cell(value):
 
 def report_chart(cur, rows: list[dict]) -> alt.VConcatChart:
     """A column per run: latency, occupancy, silent frames; shared x and latency axes."""
-    data = [views.live_data(cur, row) for row in rows]
+    data = [live_data(cur, row) for row in rows]
     x = (0.0, max(float(row["duration_s"]) for row in rows))
     top = max(charts.latency_top([d.frames], float(row["budget_ms"]))
               for row, d in zip(rows, data))
@@ -69,7 +70,7 @@ def report_chart(cur, rows: list[dict]) -> alt.VConcatChart:
     for row, d in zip(rows, data):
         title = f"{row['run_id']} · {experiments.policy_label(row)}" + (
             " · simulated" if row["simulated"] else "")
-        latency = charts.latency_chart(d.frames, float(row["budget_ms"]), views.target_ms(row),
+        latency = charts.latency_chart(d.frames, float(row["budget_ms"]), target_ms(row),
                                        x_domain=x, y_domain=(0, top), title=title,
                                        marks=d.marks)
         columns.append(alt.vconcat(latency.properties(width=420, height=200),

@@ -1,8 +1,7 @@
 """What the Live view shows for one run, shared by the Live, Runs and Experiments pages.
 
-`live_data` holds every query a Live refresh makes (the benchmark times exactly this), and the
-draw functions only turn its frames into charts and metrics, so a refresh costs one scan of
-`frames` and `ticks` per chart family and never touches the run itself.
+`app.live_data.live_data` holds every query a Live refresh makes; the draw functions here only
+turn its frames into charts and metrics (Streamlit), so a refresh never touches the run itself.
 """
 
 from __future__ import annotations
@@ -10,113 +9,18 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
 
 from app import charts
-from store import queries, rank_queries
+# The data half lives in app/live_data.py (no Streamlit); named here for the pages.
+from app.live_data import (MAX_BUCKETS, LiveData, bucket_for, engine_label,  # noqa: F401
+                           live_data, policy_text, run_label, target_ms)
 
 logger = logging.getLogger(__name__)
 
-MAX_BUCKETS = 300  # points per chart: beyond this a browser redraw at 1 Hz gets slow
 FIT_LOOKBACK_S = 10.0  # how far back the fitted ρ(t) line is drawn (the fit's own span)
-
-
-def bucket_for(span_s: float) -> float:
-    """Time bucket for a run of `span_s` seconds: 1 s, coarser for long runs so every chart
-    keeps at most MAX_BUCKETS points per series."""
-    return float(max(1, math.ceil(span_s / MAX_BUCKETS)))
-
-
-@dataclass
-class LiveData:
-    row: dict
-    tick: dict | None
-    frames: pd.DataFrame  # queries.frame_buckets
-    ticks: pd.DataFrame  # queries.tick_buckets
-    wall: pd.DataFrame  # queries.session_wall
-    bucket_s: float
-    marks: charts.Marks  # stalls, live changes, the t_sat prediction
-    history: pd.DataFrame  # queries.settings_history
-    ranks: pd.DataFrame | None = None  # rank_queries.rank_buckets; empty with one rank
-
-    @property
-    def x_domain(self) -> tuple[float, float]:
-        return 0.0, float(self.row["duration_s"])
-
-
-@dataclass
-class _Settled:
-    """Frame buckets that can no longer change, kept between refreshes of one viewer."""
-    until: float  # buckets starting before this edge are final
-    frames: pd.DataFrame
-    wall: pd.DataFrame
-
-
-def live_data(cur, row: dict, cache: dict | None = None) -> LiveData:
-    """Everything one Live refresh shows. With `cache` (one per viewer, e.g. session state),
-    frame buckets that have settled are kept and only newer frames are scanned again, so a
-    refresh of a long run costs the last seconds, not the whole run; a run that has ended is
-    settled entirely and costs no frame scan at all."""
-    bucket = bucket_for(float(row["duration_s"]))
-    run_id = row["run_id"]
-    tick = queries.latest_tick(cur, run_id)
-    settled = (cache or {}).get((run_id, bucket)) or _Settled(0.0, pd.DataFrame(), pd.DataFrame())
-    frames = _append(settled.frames, queries.frame_buckets(cur, run_id, bucket, settled.until))
-    wall = _append(settled.wall, queries.session_wall(cur, run_id, bucket, settled.until))
-    if cache is not None:
-        until = _settled_edge(row, tick, bucket)
-        cache[(run_id, bucket)] = _Settled(until, frames[frames.t < until],
-                                           wall[wall.t < until] if not wall.empty else wall)
-    history = queries.settings_history(cur, run_id)
-    marks = charts.Marks(queries.stall_spans(cur, run_id),
-                         history[history.setting != "start"][["t", "change"]],
-                         queries.tsat_prediction(cur, run_id))
-    return LiveData(row, tick, frames, queries.tick_buckets(cur, run_id, bucket), wall, bucket,
-                    marks, history, rank_queries.rank_buckets(cur, run_id, bucket))
-
-
-def _settled_edge(row: dict, tick: dict | None, bucket: float) -> float:
-    """The bucket edge before which no frame row can still arrive: a frame is written about a
-    frame period after its submission (at its session's next frame) plus a writer flush."""
-    if row["status"] != "running":
-        return math.inf
-    if tick is None:
-        return 0.0
-    lag_s = 1.0 + 2 * float(row["frame_ms"]) / 1e3
-    return max(0.0, math.floor((float(tick["t"]) - lag_s) / bucket) * bucket)
-
-
-def _append(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
-    if old.empty:
-        return new
-    if new.empty:
-        return old
-    return pd.concat([old, new], ignore_index=True)
-
-
-def engine_label(engine: str | None) -> str:
-    return "twin (simulated)" if engine == "twin" else "vLLM"
-
-
-def policy_text(row: dict) -> str:
-    if row["policy"] == "window":
-        return f"window W={row['window_tokens']} S={row['sink_tokens']}"
-    return str(row["policy"])
-
-
-def run_label(row: dict) -> str:
-    """One line naming a run in pickers: id, status, engine, policy, N."""
-    engine = "twin (simulated)" if row["simulated"] else row["engine"]
-    return f"{row['run_id']} · {row['status']} · {engine} · {policy_text(row)} · N={row['sessions']}"
-
-
-def target_ms(row: dict) -> float | None:
-    if row.get("admission") in ("aimd", "gradient") and row.get("target") is not None:
-        return float(row["target"]) * float(row["budget_ms"])
-    return None
 
 
 # --- drawing ----------------------------------------------------------------------------------

@@ -23,6 +23,28 @@ class MemoryGuardConfig:
             raise ValueError(f"memory guard safety {self.safety} must be in [1, 10]")
 
 
+@dataclass(frozen=True)
+class MemorySignals:
+    """What the memory guard weighs for one arrival, on the pool it would join (the engine's,
+    or one data-parallel rank's)."""
+
+    rho_now: float  # the pool's occupancy now
+    growth_per_session_per_s: float  # ρ one session adds per second (fitted, floored)
+    plateau_per_session: float | None  # ρ one bounded session settles at; None: unbounded
+    lifetime_s: float  # how long an admitted session is expected to stay
+    live: int | None = None  # sessions on that pool; None: every session the gate holds
+
+    def __post_init__(self) -> None:
+        for name, value in (("rho_now", self.rho_now), ("lifetime_s", self.lifetime_s),
+                            ("growth_per_session_per_s", self.growth_per_session_per_s)):
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"memory signal {name} {value!r} must be finite and ≥ 0")
+        if self.plateau_per_session is not None and not self.plateau_per_session >= 0:
+            raise ValueError(f"plateau per session {self.plateau_per_session!r} must be ≥ 0")
+        if self.live is not None and self.live < 0:
+            raise ValueError(f"live sessions {self.live} must be ≥ 0")
+
+
 class MemoryGuard:
     """Refuses a session when the pool trajectory says it would saturate within the sessions'
     expected lifetime, or when the plateau with one more session reaches `max_plateau`.
@@ -79,15 +101,15 @@ class Gate:
     def live(self) -> int:
         return len(self._held)
 
-    def acquire(self, memory: dict | None = None) -> Ticket | None:
-        """A ticket when admitted, else None with the reason in `last_rejection`. `memory`
-        holds MemoryGuard.admits' inputs (`live` optional); None skips the guard."""
+    def acquire(self, memory: MemorySignals | None = None) -> Ticket | None:
+        """A ticket when admitted, else None with the reason in `last_rejection`. `memory`:
+        the guard's inputs; None skips the guard."""
         if self.live >= self._limit.limit:
             return self._reject("over_limit")
-        # `live` in memory: the sessions on the rank the session would join (data
-        # parallelism: each rank is its own pool); else every live session shares the pool.
         if self.guard is not None and memory is not None and not self.guard.admits(
-                **{"live": self.live, **memory}):
+                memory.rho_now, self.live if memory.live is None else memory.live,
+                memory.growth_per_session_per_s, memory.plateau_per_session,
+                memory.lifetime_s):
             return self._reject("memory_guard")
         self.admitted += 1
         ticket = Ticket(self.admitted)

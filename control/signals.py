@@ -65,6 +65,13 @@ def predict_t_sat(ts: list[float], rhos: list[float], fraction: float = 1 / 3) -
     return fit.t_sat() if fit else None
 
 
+# The one definition of a stall, engine-wide or per rank: a pool at least FULL_OCCUPANCY full,
+# frames owed and no token out for STALL_TICKS ticks. Two ticks, not one: a single quiet tick
+# is a slow step; record.py's "memory" silence reads the same threshold.
+STALL_TICKS = 2
+FULL_OCCUPANCY = 0.9
+
+
 class StallDetector:
     """A stalled pool: occupancy near 1, frames owed, and no token out for `min_ticks` ticks.
 
@@ -72,7 +79,8 @@ class StallDetector:
     to spare. `update` is called once per tick; `stall_at` is the start of the first stall.
     """
 
-    def __init__(self, min_ticks: int = 3, full_occupancy: float = 0.9) -> None:
+    def __init__(self, min_ticks: int = STALL_TICKS,
+                 full_occupancy: float = FULL_OCCUPANCY) -> None:
         if min_ticks < 1:
             raise ValueError(f"min ticks {min_ticks} must be ≥ 1")
         if not 0 < full_occupancy <= 1:

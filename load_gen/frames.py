@@ -25,9 +25,12 @@ class FrameSource(Protocol):
     """Synthetic tokens, WAV replay and the microphone all look like this to the runtime.
 
     `next_frame` is called once per frame period, paced by the metronome (never by the source),
-    and returns None once the source has ended. `close` releases what the source holds (an audio
-    device); it is idempotent.
+    and returns None once the source has ended; `end_reason` then says why when the source knows
+    better than "source ended" (a remote client that left), else None. `close` releases what the
+    source holds (an audio device); it is idempotent.
     """
+
+    end_reason: str | None
 
     def next_frame(self, frame_s: float) -> Frame | None: ...
 

@@ -42,6 +42,8 @@ def planned_arrivals(kind: str, sessions: int, arrival_rate: float | None, durat
 class SyntheticFrames:
     """Per-session token frames: seeded random ids, so runs are reproducible."""
 
+    end_reason: str | None = None  # FrameSource: it ends when its frames do ("source ended")
+
     def __init__(self, session_seed: int, vocab_size: int, tokens_in: int) -> None:
         if tokens_in < 1:
             raise ValueError(f"tokens in {tokens_in} must be ≥ 1")

@@ -124,6 +124,8 @@ def _one_line(exc: Exception) -> str:
 class MicFrames:
     """The live session's frames (a FrameSource). Opens and starts the stream at construction."""
 
+    end_reason: str | None = None  # FrameSource: it ends when its frames do ("source ended")
+
     def __init__(self, tokenizer: FrameTokenizer, device: int | None = None, sd=None) -> None:
         sd = sd if sd is not None else import_sounddevice()
         self._tokenizer = tokenizer

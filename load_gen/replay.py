@@ -76,6 +76,8 @@ class ReplayTrace:
 class ReplayFrames:
     """One session of a trace as a frame source: its recorded frames, then None."""
 
+    end_reason: str | None = None  # FrameSource: it ends when its frames do ("source ended")
+
     def __init__(self, trace: ReplayTrace, session_id: int, seed: int, vocab_size: int) -> None:
         if not 0 <= session_id < len(trace.sessions):
             raise ValueError(f"session {session_id} is not in {trace.source} "

@@ -71,6 +71,8 @@ def _load_clip(path: str, mtime_ns: int, size: int, sample_rate_hz: int) -> Clip
 class WavFrames:
     """One session replaying one clip (a FrameSource)."""
 
+    end_reason: str | None = None  # FrameSource: it ends when its frames do ("source ended")
+
     def __init__(self, clip: Clip, tokenizer: FrameTokenizer, loop: bool) -> None:
         if clip.sample_rate_hz != tokenizer.sample_rate_hz:
             raise ValueError(f"clip {clip.name} is at {clip.sample_rate_hz} Hz, the tokenizer "

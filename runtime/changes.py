@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import wait
+from concurrent.futures import Future, wait
+from dataclasses import dataclass, field
 
 from control.limits import Limit, WindowedLimit, make_limit
 from engine.contract import Engine, KVPolicy
@@ -54,6 +55,18 @@ def policy_change_text(old: KVPolicy, new: KVPolicy) -> str:
     return ", ".join(parts) or f"{policy_text(new)} (unchanged)"
 
 
+@dataclass
+class PendingChange:
+    """A KV change the engine is applying: what was asked, from what, and when."""
+
+    future: Future  # Engine.begin_policy_change's: resolves to whether it was applied
+    policy: KVPolicy
+    old: KVPolicy
+    requested_t: float  # run-relative tick that started it
+    started_perf_s: float  # perf_counter at the start
+    confirmed_perf_s: list[float] = field(default_factory=list)  # set by the future's callback
+
+
 class LiveChanges:
     def __init__(self, config: RunConfig, engine: Engine, recorder: Recorder, gate,
                  control: WindowedLimit, on_policy=None) -> None:
@@ -67,9 +80,7 @@ class LiveChanges:
         self.stall_guard = config.stall_guard
         self.history: list[dict] = []  # applied changes, in order: t, setting, change, old, new
         self._queue: list[tuple[str, object]] = []
-        # A KV change under way: (future, policy, old policy, requested t_rel, perf_counter at
-        # the request, [perf_counter when the engine confirmed]).
-        self._pending: tuple | None = None
+        self._pending: PendingChange | None = None  # one KV change under way at a time
         self._lock = threading.Lock()
 
     # --- the record of settings ---------------------------------------------------------------
@@ -147,7 +158,7 @@ class LiveChanges:
         if queued:
             return queued[-1]
         if self._pending is not None:
-            return self._pending[1]
+            return self._pending.policy
         return self.engine.policy
 
     # --- run thread ---------------------------------------------------------------------------
@@ -176,7 +187,7 @@ class LiveChanges:
         """At the run's end: wait (bounded) for a KV change still under way, so the summary
         says where it landed."""
         if self._pending is not None:
-            wait([self._pending[0]], timeout=timeout_s)
+            wait([self._pending.future], timeout=timeout_s)
             self._poll(t_rel)
 
     def _apply_instant(self, key: str, value, t_rel: float) -> None:
@@ -210,17 +221,18 @@ class LiveChanges:
         except (ValueError, RuntimeError) as exc:
             self._rejected(policy, f"{type(exc).__name__}: {exc}", t_rel)
             return
-        started, finished = time.perf_counter(), []
-        future.add_done_callback(lambda _: finished.append(time.perf_counter()))
-        self._pending = (future, policy, old, t_rel, started, finished)
+        pending = PendingChange(future, policy, old, t_rel, time.perf_counter())
+        future.add_done_callback(lambda _: pending.confirmed_perf_s.append(time.perf_counter()))
+        self._pending = pending
 
     def _poll(self, t_rel: float) -> None:
-        if self._pending is None or not self._pending[0].done():
+        pending = self._pending
+        if pending is None or not pending.future.done():
             return
-        future, policy, old, requested_t, started, finished = self._pending
         self._pending = None
+        policy, old = pending.policy, pending.old
         try:
-            applied = future.result()
+            applied = pending.future.result()
             reason = "the engine refused it"
         except Exception as exc:  # noqa: BLE001 - any failure leaves the old policy in force
             applied, reason = False, f"{type(exc).__name__}: {exc}"
@@ -232,8 +244,10 @@ class LiveChanges:
         # requested_t: the tick that started it; t (the event's): the tick that saw it done.
         self._record("policy", {
             "old": policy_text(old), "new": policy_text(policy),
-            "change": policy_change_text(old, policy), "requested_t": round(requested_t, 3),
-            "confirm_ms": round(((finished or [time.perf_counter()])[0] - started) * 1e3, 1)},
+            "change": policy_change_text(old, policy),
+            "requested_t": round(pending.requested_t, 3),
+            "confirm_ms": round(((pending.confirmed_perf_s or [time.perf_counter()])[0]
+                                 - pending.started_perf_s) * 1e3, 1)},
             t_rel)
 
     def _rejected(self, policy: KVPolicy, reason: str, t_rel: float) -> None:

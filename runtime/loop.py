@@ -7,8 +7,8 @@ live in their own rooms:
 
     sessions.py   open, one frame (submit / skip / rollover), close, stall eviction
     record.py     each frame's outcome and latency, events, counters
-    telemetry.py  per tick: pool, tokens, stall, ρ(t) and t_sat, overruns, memory signals
-    ranks.py      the same per data-parallel rank, and what placement weighs
+    telemetry.py  per tick: pools, tokens, stall, ρ(t) and t_sat, overruns, the tick rows,
+                  what placement and the memory guard weigh (one PoolMonitor per rank, pools.py)
     changes.py    live W/S/policy, target, limit and stall guard changes
     summary.py    the run row and the summary JSON
 
@@ -32,7 +32,6 @@ from engine.contract import Engine
 from load_gen import arrival_times
 from runtime.changes import LiveChanges
 from runtime.config import RunConfig
-from runtime.ranks import RankTelemetry, first_stall
 from runtime.record import Recorder
 from runtime.remote import ORIGIN
 from runtime.sessions import Sessions
@@ -92,7 +91,6 @@ class Runner:
             inlet.attach(len(self._arrivals))
             self.sessions.on_close = inlet.session_closed
         self.telemetry = Telemetry(config, engine, self.recorder)
-        self.ranks = RankTelemetry(config, engine, self.recorder)
         self.placer = Placer(config.placement)
         self.changes = LiveChanges(config, engine, self.recorder, self.gate, self.control,
                                    on_policy=self.sessions.follow_policy)
@@ -190,22 +188,16 @@ class Runner:
         self.sessions.close_all(end_rel)
         if self.inlet is not None:
             self.inlet.finish()
-        # A stalled rank is a stall, whatever the engine-wide pool reads.
-        stall_at = self.telemetry.first_stall_at
-        ranks = self.ranks.summary(stall_at)
-        stalled_rank, rank_stall_at = first_stall(ranks)
-        if rank_stall_at is not None and (stall_at is None or rank_stall_at < stall_at):
-            stall_at = rank_stall_at
         status, reason, store = settle_store(writer, self.run_id, status, reason, lost_before,
                                              storage_before, FINAL_FLUSH_TIMEOUT_S)
         self.summary = summarise(
             self.recorder, self.store.cursor(), self.engine, status=status, reason=reason,
             end_rel=end_rel, gate=self.gate,
             sessions_offered=len(self._arrivals) + (self.inlet.offered if self.inlet else 0),
-            final_limit=self.gate.limit.limit, n_star=self.n_star.value, stall_at=stall_at,
+            final_limit=self.gate.limit.limit, n_star=self.n_star.value,
+            stall_at=self.telemetry.first_stall_at,  # a stalled rank is a stall
             opens_deferred=self.sessions.opens.deferred,
-            ranks={"ranks": ranks, "stalled_rank": stalled_rank,
-                   "data_parallel_size": self.ranks.n, "placement": cfg.placement},
+            ranks={**self.telemetry.summary(), "placement": cfg.placement},
             max_resident_blocks=self.sessions.max_resident_blocks(),
             settings=self.changes.values(), changes=self.changes.history,
             store=store)
@@ -245,51 +237,46 @@ class Runner:
     def admit(self, session_id: int, t_rel: float, origin: str | None = None):
         """The gate's answer to one arrival: (Ticket or None, the rank to pin it to); a refusal
         is a `reject` event."""
-        rank, pin = None, None
-        if self.ranks.active:
+        tel = self.telemetry
+        rank, pin, live_here = 0, None, len(self.sessions.live)
+        if tel.ranked:
             # The guard weighs the rank the session would land on; where the engine places,
             # that is the rank its balancer (fewest sessions) would pick.
             live = self.sessions.live_by_rank()
-            rank = self.placer.choose(self.ranks.loads(live),
-                                      self.ranks.growth_per_session_per_s(),
-                                      self.ranks.plateau_per_session(),
+            rank = self.placer.choose(tel.loads(live), tel.growth_per_session_per_s(),
+                                      tel.plateau_per_session(),
                                       kind=None if self.placer.pins else "count")
             pin = rank if self.placer.pins else None
-            memory = self.ranks.memory_signals(rank, t_rel, live.get(rank, 0))
-        else:
-            memory = self.telemetry.memory_signals(t_rel, len(self.sessions.live))
+            live_here = live.get(rank, 0)
+        memory = tel.memory_signals(rank, t_rel, live_here)
         ticket = self.gate.acquire(memory)
         if ticket is None:
             self.recorder.event(t_rel, "reject", session_id=session_id,
                                 reason=self.gate.last_rejection, limit=self.gate.limit.limit,
-                                occupancy=round(memory["rho_now"], 4), rank=rank,
+                                occupancy=round(memory.rho_now, 4),
+                                rank=rank if tel.ranked else None,
                                 origin=origin or self.config.load)
         return ticket, pin
 
     def _on_tick(self, k: int, t_rel: float) -> None:
         now = self.engine.now()
-        tokens_out, owed, tokens_by_rank, owed_by_rank = self.sessions.tick_counts(now)
-        sample = self.telemetry.measure(t_rel, tokens_out, owed)
-        self.ranks.measure(t_rel, tokens_by_rank, owed_by_rank)
+        tel = self.telemetry
+        sample = tel.measure(t_rel, self.sessions.tick_counts(now))
         self.changes.apply_pending(t_rel)
-        if self.changes.stall_guard and self.ranks.active:
-            # Only a stalled rank's pool is stuck: evict there, not the engine's largest.
-            for rank in self.ranks.stalled_ranks:
-                if self.sessions.evict_largest(t_rel, rank):
-                    self.ranks.reset_stall(rank)
-                    self.telemetry.reset_stall()
-        elif sample.stalled and self.changes.stall_guard and self.sessions.evict_largest(t_rel):
-            self.telemetry.reset_stall()
+        if self.changes.stall_guard:
+            # Only a stalled pool is stuck: evict on its rank (a fleet of one: anyone).
+            for rank in tel.stalled_ranks():
+                if self.sessions.evict_largest(t_rel, rank if tel.ranked else None):
+                    tel.reset_stall(rank)
         live = len(self.sessions.live)
         if self.control.maybe_sample(now, live) and self.gate.limit.kind != "fixed":
             # A fixed cap is the operator's, not a controller's: it has no N*.
             self.n_star.add(t_rel, live, self.gate.limit.limit, self.control.last_p95_ms,
                             self.changes.target * self.config.budget)
         n_star = self.n_star.value
-        self.telemetry.write_tick(
-            k, sample, live=live, limit=self.gate.limit.limit,
-            admitted=self.gate.admitted, rejected=sum(self.gate.rejected.values()),
-            p95_ms=self.control.last_p95_ms, n_star=None if n_star is None else n_star.n_star)
-        if self.ranks.active:
-            self.ranks.write(k, t_rel, self.sessions.live_by_rank())
+        tel.write_tick(
+            k, sample, live=live, live_by_rank=self.sessions.live_by_rank(),
+            limit=self.gate.limit.limit, admitted=self.gate.admitted,
+            rejected=sum(self.gate.rejected.values()), p95_ms=self.control.last_p95_ms,
+            n_star=None if n_star is None else n_star.n_star)
         self.progress = min(1.0, t_rel / self.config.duration_s)

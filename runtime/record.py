@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 
 from engine.contract import FrameHandle
 from runtime.config import RunConfig
+from runtime.reasons import Close
 
 logger = logging.getLogger(__name__)
 
 
 # Why a frame went silent (no output token by its deadline):
-#   memory   the pool was full (ρ ≥ FULL_OCCUPANCY at the last tick before the frame was
-#            finalised): its tokens had no blocks to go to, or its session waited for them;
+#   memory   the pool was full (ρ ≥ control.signals.FULL_OCCUPANCY at the last tick before the
+#            frame was finalised): its tokens had no blocks to go to, or its session waited;
 #   compute  the pool had room, but the step that would serve it ran past the deadline;
 #   guard    its session was evicted by the stall guard while the frame was owed;
 #   other    the session failed (an engine error for that session).
 SILENT_CAUSES = ("memory", "compute", "guard", "other")
-FULL_OCCUPANCY = 0.9  # the stall detector's "full" (control.signals.StallDetector)
 
 
 @dataclass
@@ -61,10 +61,10 @@ class Recorder:
         self._tick_frames = 0  # frames finalised since the last tick (silent rate per tick)
         self._tick_silent = 0
         self._tick_causes = dict.fromkeys(SILENT_CAUSES, 0)
-        self.pool_full = False  # at the last tick: ρ ≥ FULL_OCCUPANCY (set by telemetry)
-        # Data parallelism (set by runtime.ranks): each rank's pool full at the last tick, and
-        # frames and silent frames per rank for the run and since the last tick.
-        self.rank_full: dict[int, bool] = {}
+        # Each pool full at the last tick (ρ ≥ FULL_OCCUPANCY; set by telemetry), by rank; None:
+        # the whole engine's, for frames whose rank the engine did not say.
+        self.pool_full: dict[int | None, bool] = {}
+        # Frames and silent frames per rank, for the run and since the last tick.
         self.rank_frames: Counter = Counter()
         self.rank_silent: Counter = Counter()
         self._tick_rank_frames: Counter = Counter()
@@ -153,11 +153,12 @@ class Recorder:
 
     def _cause(self, handle: FrameHandle | None, closing: str | None,
                rank: int | None = None) -> str:
-        if closing is not None and closing.startswith("evicted"):
+        if closing == Close.EVICTED:
             return "guard"
-        if handle is not None and handle.error not in (None, "closed"):
+        if handle is not None and handle.failed:
             return "other"
-        full = self.rank_full.get(rank, self.pool_full)  # its own rank's pool when known
+        # Its own rank's pool when known, else the whole engine's.
+        full = self.pool_full.get(rank, self.pool_full.get(None, False))
         return "memory" if full else "compute"
 
     def take_rank_tick(self, rank: int) -> tuple[int, int]:

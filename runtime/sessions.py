@@ -17,13 +17,12 @@ from engine.contract import Engine, FrameHandle
 from load_gen import make_frame_source
 from runtime.config import RunConfig
 from runtime.opens import OpenBudget
+from runtime.pools import TickCounts
+from runtime.reasons import QUIET_CLOSES, Close
 from runtime.record import Recorder
 from runtime.remote import ORIGIN
 
 logger = logging.getLogger(__name__)
-
-# Closes that are part of a session's normal life; others are recorded as `close` events.
-QUIET_CLOSES = ("session ended", "run ended", "source ended")
 
 
 @dataclass
@@ -112,7 +111,7 @@ class Sessions:
             due = handle.t_submit - self.recorder.t0 + self._budget_s
             if t_rel < due - 1e-9 and not handle.done_by(now):
                 return due
-        failed = session.inflight is not None and session.inflight.error not in (None, "closed")
+        failed = session.inflight is not None and session.inflight.failed
         self._finalise(session, now)
         if failed:
             # One session's error ends that session only; the engine-wide case is caught at
@@ -120,13 +119,12 @@ class Sessions:
             self.close(session, t_rel, f"session error: {session.inflight.error}")
             return None
         if t_rel >= session.end - 1e-9:
-            self.close(session, t_rel, "session ended")
+            self.close(session, t_rel, Close.SESSION_ENDED)
             return None
         # The source advances every period, served or not: speech does not wait for the engine.
         frame = session.frames.next_frame(self._frame_s)
         if frame is None:
-            self.close(session, t_rel, getattr(session.frames, "end_reason", None)
-                       or "source ended")
+            self.close(session, t_rel, session.frames.end_reason or Close.SOURCE_ENDED)
             return None
         if not frame.token_ids:
             # A remote client still owes this frame's audio: look again soon, on the same grid
@@ -190,8 +188,8 @@ class Sessions:
         new, session.tokens_seen = n - session.tokens_seen, n
         return new
 
-    def tick_counts(self, now: float) -> tuple[int, int, dict, dict]:
-        """(tokens out since the last tick, frames owed, and both per rank): owed means
+    def tick_counts(self, now: float) -> TickCounts:
+        """Tokens out since the last tick and frames owed, in all and per rank: owed means
         submitted at least half a frame ago and not done (one submitted just now is not late)."""
         tokens, self.tokens_unticked = self.tokens_unticked, 0
         tokens_by_rank, self._unticked_by_rank = self._unticked_by_rank, {}
@@ -205,7 +203,7 @@ class Sessions:
                     and handle.t_submit <= now - self._frame_s / 2:
                 owed += 1
                 owed_by_rank[session.rank] = owed_by_rank.get(session.rank, 0) + 1
-        return tokens, owed, tokens_by_rank, owed_by_rank
+        return TickCounts(tokens, owed, tokens_by_rank, owed_by_rank)
 
     def live_by_rank(self) -> dict:
         """Live sessions per rank (None: sessions whose rank the engine did not say)."""
@@ -249,7 +247,7 @@ class Sessions:
         """Before a session reaches max_model_len: reopen it with its last W tokens (window),
         or end it (unbounded has nothing to keep). Returns False when the session ended."""
         if self.engine.policy.kind != "window":
-            self.close(session, t_rel, "max_model_len")
+            self.close(session, t_rel, Close.MAX_MODEL_LEN)
             return False
         self.engine.close(session.session_id)
         self.engine.open(session.session_id, session.rank)  # a session keeps its rank
@@ -263,10 +261,8 @@ class Sessions:
 
     # --- close --------------------------------------------------------------------------------
     def close(self, session: Session, t_rel: float, why: str) -> None:
-        self._finalise(session, self.engine.now(), keep_early=why != "run ended", closing=why)
-        close_source = getattr(session.frames, "close", None)  # sources with a device only
-        if close_source is not None:
-            close_source()  # e.g. releases a microphone stream now, not at garbage collection
+        self._finalise(session, self.engine.now(), keep_early=why != Close.RUN_ENDED, closing=why)
+        session.frames.close()  # e.g. releases a microphone stream now, not at garbage collection
         self.engine.close(session.session_id)
         self.live.pop(session.session_id, None)
         self.max_blocks_closed = max(self.max_blocks_closed, session.max_blocks)
@@ -280,7 +276,7 @@ class Sessions:
     def close_all(self, t_rel: float) -> None:
         for session in list(self.live.values()):
             try:
-                self.close(session, t_rel, "run ended")
+                self.close(session, t_rel, Close.RUN_ENDED)
             except Exception:  # noqa: BLE001 - keep closing the others
                 logger.exception("closing session %s", session.session_id)
 
@@ -295,5 +291,5 @@ class Sessions:
         self.recorder.event(t_rel, "evict", session_id=victim.session_id,
                             reason="stall guard: pool stalled, evicted the largest session",
                             kv_tokens=victim.kv_tokens, rank=victim.rank)
-        self.close(victim, t_rel, "evicted by stall guard")
+        self.close(victim, t_rel, Close.EVICTED)
         return True

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 
-from engine.sinks import configured
+from engine.sinks.env import configured
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from app import views
+from app import live_data, views
 from app.live_cache import MAX_BYTES, MAX_ENTRIES, LiveCache
 from runtime import RunConfig, execute
 from store.queries import run_row
@@ -11,7 +11,7 @@ from store.queries import run_row
 
 def _entry(rows: int):
     frames = pd.DataFrame({"t": range(rows), "p95_ms": [1.0] * rows})
-    return views._Settled(float("inf"), frames, pd.DataFrame())
+    return live_data._Settled(float("inf"), frames, pd.DataFrame())
 
 
 def test_the_bound_is_in_the_code_and_modest():

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from control.admission import Gate, MemoryGuard, MemoryGuardConfig
+from control.admission import Gate, MemoryGuard, MemoryGuardConfig, MemorySignals
 from control.limits import (AIMDConfig, AIMDLimit, FixedLimit, GradientConfig, GradientLimit,
                             Limit, WindowedLimit, make_limit)
 from control.signals import OccupancyTracker
@@ -75,8 +75,8 @@ def test_memory_guard_projects_the_fill_over_the_lifetime():
 
 def test_gate_grants_tickets_rejects_with_reasons_and_releases():
     gate = Gate(FixedLimit(2), MemoryGuard(MemoryGuardConfig(max_plateau=0.5)))
-    mem = {"rho_now": 0.0, "growth_per_session_per_s": 0.0, "plateau_per_session": 0.3,
-           "lifetime_s": 10.0}
+    mem = MemorySignals(rho_now=0.0, growth_per_session_per_s=0.0, plateau_per_session=0.3,
+                        lifetime_s=10.0)
     first = gate.acquire(mem)
     assert first is not None and gate.last_rejection is None
     assert gate.acquire(mem) is None and gate.last_rejection == "memory_guard"  # 2 × 0.3 ≥ 0.5
@@ -88,6 +88,10 @@ def test_gate_grants_tickets_rejects_with_reasons_and_releases():
     assert gate.rejected == {"over_limit": 1, "memory_guard": 1} and gate.admitted == 2
     with pytest.raises(AssertionError):
         gate.release(first)  # a ticket is handed back once
+    # The pool a session would join counts its own sessions (a data-parallel rank's), not the
+    # gate's: with the gate's one live session 2 × 0.3 ≥ 0.5, on an empty rank 0.3 is room.
+    assert gate.acquire(mem) is None
+    assert gate.acquire(MemorySignals(0.0, 0.0, 0.3, 10.0, live=0)) is not None
 
 
 def test_limits_share_one_protocol_and_swap_live():

@@ -54,9 +54,10 @@ print(json.dumps({"direct": direct,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen["direct"] == ["engine.sinks", "engine.sinks.plugin"]  # and no vLLM at all
+    # The mode is read from the environment (env: os only), and no vLLM at all.
+    assert seen["direct"] == ["engine.sinks", "engine.sinks.env", "engine.sinks.plugin"]
     assert Path(seen["plugin"]).resolve().is_relative_to(ROOT)  # this checkout's plugin ran
-    assert seen["sinks"] == ["engine.sinks", "engine.sinks.plugin"]
+    assert seen["sinks"] == ["engine.sinks", "engine.sinks.env", "engine.sinks.plugin"]
     assert seen["internals"] == []
 
 

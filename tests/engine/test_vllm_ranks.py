@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from engine.config import EngineConfig
-from engine.vllm_backend import VLLMEngine, _Session
+from engine.vllm_backend import VLLMEngine
+from engine.vllm_stream import StreamSession
 from engine.vllm_stats import PoolProbe
 
 
@@ -28,7 +29,7 @@ def test_two_engines_stats_come_out_as_two_pools():
     probe = PoolProbe(ranks=2)
     probe.record(_sched(1.0, 0, 3), None, engine_idx=0)  # rank 0 full, everything waits
     probe.record(_sched(0.1, 2, 0), None, engine_idx=1)
-    busy, paused = _Session(1, None, rank=0), _Session(2, None, rank=1)
+    busy, paused = StreamSession(1, None, rank=0), StreamSession(2, None, rank=1)
     busy.pending.append(object())
     eng = _engine(probe, {1: busy, 2: paused})
     r0, r1 = eng.pool_ranks()
