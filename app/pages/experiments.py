@@ -16,7 +16,7 @@ from app.engine_host import ACTIVE, one_line
 from app.experiment_views import draw_results
 from runtime import ENGINES, RunConfig, latest_cost_model
 from runtime.forecast import forecast_pair
-from store import StoreError
+from store import StoreError, queries
 
 REFRESH_S = 1.0
 FORECAST_SEEDS = int(os.environ.get("METRONOME_FORECAST_SEEDS", "200"))  # tests use fewer
@@ -44,7 +44,11 @@ kind = st.radio("Experiment", experiments.KINDS, key="exp_kind", horizontal=True
                      "that pair over n seeds. N* discovery: Poisson arrivals with AIMD "
                      "admission; reports N* (the live count held at the target), N*/N_c, "
                      "silent frames at the cap and p95.")
-engine = st.selectbox("Engine", ENGINES, index=ENGINES.index(d["engine"]),
+# The engine of the latest run (after the one-click demo on vLLM: vLLM and its calibration),
+# the default engine on an empty database.
+latest = queries.runs(store().cursor(), limit=1).engine.tolist()
+default_engine = latest[0] if latest and latest[0] in ENGINES else d["engine"]
+engine = st.selectbox("Engine", ENGINES, index=ENGINES.index(default_engine),
                       format_func=views.engine_label, key="exp_engine")
 cal = calibration.stored(store().cursor(), engine, MODEL)
 a, b, c = st.columns([3, 1, 1])

@@ -212,6 +212,16 @@ def test_cliff_vs_slope_draws_both_runs_on_shared_axes(db):
     assert lines[0]["encoding"]["x"]["scale"]["domain"] == [0.0, 15.0]
 
 
+def test_experiments_start_on_the_latest_runs_engine(db):
+    assert page("experiments").selectbox(key="exp_engine").value == "twin"  # empty database
+    run_id = finished_twin_run(db)
+    # As the one-click demo on vLLM leaves it (vLLM cannot run in this test: the row says so).
+    open_store(db).cursor().execute("UPDATE runs SET engine = 'vllm' WHERE run_id = ?", [run_id])
+    at = page("experiments")
+    assert at.selectbox(key="exp_engine").value == "vllm"
+    assert any("vllm/tiny is not calibrated" in c.value for c in at.caption)
+
+
 def test_collapse_table_counts_stalled_runs_per_policy(db):
     at = _run_experiment("collapse", exp_repeats=4)
     table = at.dataframe[0].value.set_index("policy")
