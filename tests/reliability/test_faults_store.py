@@ -53,7 +53,11 @@ def test_a_full_disk_fails_the_run_loudly_and_keeps_what_reached_the_disk(tmp_pa
                              [summary["run_id"]]).fetchone()[0]
     finally:
         store.close()
-    assert status == "failed" and "File too large" in reason
+    # The run's end is one small statement after the disk filled: it gets through when the
+    # file that hit the limit was the database, not the WAL (1 in 2 seen here alone); when it
+    # cannot, the next open marks the run aborted. Never 'running', never 'finished'.
+    assert (status == "failed" and "File too large" in reason) or status == "aborted", \
+        (status, reason)
     assert 0 < frames < summary["frames"], (frames, summary)
     lost = summary["rows_lost"]
     assert frames + lost >= summary["frames"]  # nothing vanished without a count
