@@ -44,12 +44,13 @@ kind = st.radio("Experiment", experiments.KINDS, key="exp_kind", horizontal=True
                      "that pair over n seeds. N* discovery: Poisson arrivals with AIMD "
                      "admission; reports N* (the live count held at the target), N*/N_c, "
                      "silent frames at the cap and p95.")
-# The engine of the latest run (after the one-click demo on vLLM: vLLM and its calibration),
-# the default engine on an empty database.
-latest = queries.runs(store().cursor(), limit=1).engine.tolist()
-default_engine = latest[0] if latest and latest[0] in ENGINES else d["engine"]
-engine = st.selectbox("Engine", ENGINES, index=ENGINES.index(default_engine),
-                      format_func=views.engine_label, key="exp_engine")
+if "exp_engine" not in st.session_state:
+    # The demo's engine when the demo sent us here, else the latest run's (vLLM and its
+    # calibration after a vLLM demo), the default engine on an empty database.
+    latest = queries.runs(store().cursor(), limit=1).engine.tolist()
+    st.session_state["exp_engine"] = latest[0] if latest and latest[0] in ENGINES \
+        else d["engine"]
+engine = st.selectbox("Engine", ENGINES, format_func=views.engine_label, key="exp_engine")
 cal = calibration.stored(store().cursor(), engine, MODEL)
 a, b, c = st.columns([3, 1, 1])
 if cal is None:

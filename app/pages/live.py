@@ -30,6 +30,7 @@ if not runs and run_host().state()["status"] not in ACTIVE:
         except (ValueError, StoreError) as exc:
             st.error(one_line(exc))
         else:
+            st.session_state["exp_engine"] = engine  # the form shows the demo's engine
             st.switch_page(str(PAGES / "experiments.py"))
 selected = st.selectbox("Run", [LIVE, *labels], key="view_run",
                         format_func=lambda run_id: labels.get(run_id, "current run (live)"))
