@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import logging
 import signal
+import socket
 import sys
 import threading
 
@@ -73,9 +74,10 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
             # it, the gateway answers an oversized message with an error event.
             ws_max_size=4 * limits.max_message_bytes,
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
+        sockets = _sockets(server.config, limits)
         with _stop_on_signals(runner) as handler:
-            asyncio.run(_serve(server, runner, f"ws://{host}:{port}/v1/realtime", ready,
-                               handler))
+            asyncio.run(_serve(server, sockets, runner, f"ws://{host}:{port}/v1/realtime",
+                               ready, handler))
         if runner.summary is None:  # the server stopped first (a signal): end the run
             runner.stop("server stopped")
             runner.join()
@@ -84,6 +86,16 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
         if engine is not None:
             engine.shutdown()
         store.close()
+
+
+def _sockets(config: uvicorn.Config, limits: GatewayLimits) -> list[socket.socket] | None:
+    """The listening socket, bound here when its send buffer is set: accepted connections
+    inherit SO_SNDBUF from it (Linux). None: uvicorn binds its own."""
+    if limits.send_buffer_bytes is None:
+        return None
+    sock = config.bind_socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limits.send_buffer_bytes)
+    return [sock]
 
 
 @contextlib.contextmanager
@@ -115,8 +127,9 @@ def _stop_on_signals(runner: Runner):
             signal.signal(sig, old)
 
 
-async def _serve(server: uvicorn.Server, runner: Runner, url: str, ready, handler) -> None:
-    task = asyncio.create_task(server.serve())
+async def _serve(server: uvicorn.Server, sockets, runner: Runner, url: str, ready,
+                 handler) -> None:
+    task = asyncio.create_task(server.serve(sockets))
     while not server.started:
         if task.done():  # failed to bind: its exception says why
             task.result()
