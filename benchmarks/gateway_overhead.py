@@ -23,7 +23,8 @@ the client is done (serve then ends its run and writes its summary).
    the load client sharing the machine. A count is clean when, after the first 2 s of each
    session, the server's record has no silent and no late frame, the client misses none and
    its p95 (send → last delta) is within the frame period. The ramp stops at the first count
-   that is not clean, then bisects between it and the last clean one.
+   that is not clean (halving down when even the first is not), then bisects between it and
+   the last clean one.
 Prints one JSON line per run, then the summary (medians over runs) as one JSON object.
 """
 
@@ -184,7 +185,8 @@ def _row(runs: list[dict]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sessions", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--sessions", type=int, nargs="*", default=[1, 8, 32],
+                    help="session counts of part 1 (none: skip it)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--duration-s", type=float, default=10.0)
     ap.add_argument("--ramp", type=int, nargs="*", default=[32, 64, 128, 256, 512])
@@ -209,6 +211,14 @@ def main() -> None:
             else:
                 first_dirty = n
                 break
+        while last_clean is None and first_dirty and first_dirty > 1:  # even the first was not
+            n = first_dirty // 2
+            row = _row(_series(n, args, True, Path(tmp), "ramp"))
+            ramp.append(row)
+            if row["clean_runs"] * 2 > row["runs"]:
+                last_clean = n
+            else:
+                first_dirty = n
         for _ in range(args.bisect if last_clean and first_dirty else 0):
             n = (last_clean + first_dirty) // 2
             if n in (last_clean, first_dirty):
