@@ -18,6 +18,12 @@ def add_parsers(sub, run_arguments, number) -> None:
                        help="audio a client may send ahead of real time (seconds)")
     serve.add_argument("--max-message-kb", type=int, default=256,
                        help="largest client message (KiB); larger ones close the connection")
+    serve.add_argument("--max-queued-events", type=int, default=512,
+                       help="events waiting for a client that does not read; more close its "
+                            "connection (slow_reader, 1008)")
+    serve.add_argument("--send-buffer-kb", type=int, default=None,
+                       help="kernel send buffer per connection (KiB; default: the kernel's "
+                            "choice, up to 4 MiB)")
 
     load = sub.add_parser("load", help="drive N paced sessions against a realtime WebSocket "
                                        "server and record them as a run")
@@ -46,7 +52,10 @@ def cmd_serve(args) -> int:
     if args.duration is None:
         args.duration = SERVE_DURATION_S
     config = run_config_from_args(args)
-    limits = GatewayLimits(max_message_bytes=args.max_message_kb * 1024)
+    limits = GatewayLimits(max_message_bytes=args.max_message_kb * 1024,
+                           max_queued_events=args.max_queued_events,
+                           send_buffer_bytes=None if args.send_buffer_kb is None
+                           else args.send_buffer_kb * 1024)
     inlet_limits = InletLimits(max_buffer_s=args.max_buffer_s)
     out = stdout_for_json()
     summary = serve(config, host=args.host, port=args.port, db=args.db, limits=limits,

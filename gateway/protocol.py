@@ -30,6 +30,13 @@ class GatewayLimits:
     max_messages_per_s: int = 200  # 80 ms appends are 12.5/s
     max_protocol_errors: int = 10  # malformed events before the connection is closed
     idle_timeout_s: float = 10.0  # no message for this long: closed
+    # Events waiting for a client that does not read (gateway/outbox.py); at 80 ms frames a
+    # session gets ≤ 5 a frame (4 deltas and a done), ~62/s: 512 is ~8 s, ~200 KB.
+    max_queued_events: int = 512
+    # The kernel's send buffer per connection (SO_SNDBUF; Linux doubles it). None: the kernel
+    # tunes it, up to net.ipv4.tcp_wmem's max (4 MiB here): that much output for a client that
+    # does not read sits in the kernel before the queue above starts to fill.
+    send_buffer_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not 1024 <= self.max_message_bytes <= 16 * 1024 * 1024:
@@ -42,6 +49,13 @@ class GatewayLimits:
                              "[1, 1000]")
         if not (math.isfinite(self.idle_timeout_s) and 0.5 <= self.idle_timeout_s <= 3600):
             raise ValueError(f"idle timeout {self.idle_timeout_s} s must be in [0.5, 3600]")
+        if self.send_buffer_bytes is not None and not \
+                4096 <= self.send_buffer_bytes <= 16 * 1024 * 1024:
+            raise ValueError(f"send buffer {self.send_buffer_bytes} bytes must be in "
+                             "[4096, 16777216] (or None: the kernel's choice)")
+        if not 16 <= self.max_queued_events <= 100_000:
+            raise ValueError(f"max queued events {self.max_queued_events} must be in "
+                             "[16, 100000]")
 
 
 class ProtocolError(ValueError):

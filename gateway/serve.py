@@ -2,16 +2,22 @@
 uvicorn on the main thread while the run loop has its own.
 
 The run starts once the socket listens (so its clock does not tick for nobody) and the server
-stops when the run ends (its duration) or on a signal; the summary is the run's, as
-`metronome run` prints it. The twin is always paced here: clients live in wall-clock time.
+stops when the run ends: at its duration, or when SIGINT/SIGTERM stops it (status `aborted`,
+reason "interrupted by signal SIGTERM"); either way the summary is the run's, as `metronome run`
+prints it, and the exit code is 0. A second signal kills the process the default way. The twin
+is always paced here: clients live in wall-clock time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
+import signal
+import socket
 import sys
+import threading
 
 import uvicorn
 
@@ -23,6 +29,11 @@ from runtime.remote import Inlet, InletLimits
 from store import open_store
 
 logger = logging.getLogger(__name__)
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# After the run ends, connections get this long to close before uvicorn drops them: a client
+# that stopped reading cannot take the close frame and would hold the shutdown forever.
+GRACEFUL_SHUTDOWN_S = 3.0
 
 
 def session_info(runner: Runner, inlet: Inlet) -> dict:
@@ -61,8 +72,12 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
             gateway.app(), host=host, port=port, log_level="warning", lifespan="off",
             # Frames above this are refused by the protocol layer before they are read; up to
             # it, the gateway answers an oversized message with an error event.
-            ws_max_size=4 * limits.max_message_bytes))
-        asyncio.run(_serve(server, runner, f"ws://{host}:{port}/v1/realtime", ready))
+            ws_max_size=4 * limits.max_message_bytes,
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
+        sockets = _sockets(server.config, limits)
+        with _stop_on_signals(runner) as handler:
+            asyncio.run(_serve(server, sockets, runner, f"ws://{host}:{port}/v1/realtime",
+                               ready, handler))
         if runner.summary is None:  # the server stopped first (a signal): end the run
             runner.stop("server stopped")
             runner.join()
@@ -73,13 +88,56 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
         store.close()
 
 
-async def _serve(server: uvicorn.Server, runner: Runner, url: str, ready) -> None:
-    task = asyncio.create_task(server.serve())
+def _sockets(config: uvicorn.Config, limits: GatewayLimits) -> list[socket.socket] | None:
+    """The listening socket, bound here when its send buffer is set: accepted connections
+    inherit SO_SNDBUF from it (Linux). None: uvicorn binds its own."""
+    if limits.send_buffer_bytes is None:
+        return None
+    sock = config.bind_socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limits.send_buffer_bytes)
+    return [sock]
+
+
+@contextlib.contextmanager
+def _stop_on_signals(runner: Runner):
+    """SIGINT/SIGTERM stop the run, not the server: the run ends as at its duration (clients
+    told, summary written) and the server follows it. uvicorn's own handlers would stop the
+    server first and re-raise the signal once it is down, killing the process before the
+    summary; so ours sit below uvicorn's (its re-raise lands here) and replace them once the
+    socket listens (`_serve`). Signals are the main thread's only: elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    seen: list[int] = []
+
+    def handler(sig: int, _frame) -> None:
+        if seen:  # a second signal: the operator insists, the default way
+            signal.signal(sig, signal.SIG_DFL)
+            signal.raise_signal(sig)
+            return
+        seen.append(sig)
+        logger.warning("signal %s: ending the run", signal.Signals(sig).name)
+        runner.stop(f"interrupted by signal {signal.Signals(sig).name}")
+
+    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
+    try:
+        yield handler
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+async def _serve(server: uvicorn.Server, sockets, runner: Runner, url: str, ready,
+                 handler) -> None:
+    task = asyncio.create_task(server.serve(sockets))
     while not server.started:
         if task.done():  # failed to bind: its exception says why
             task.result()
             raise RuntimeError(f"the server did not start on {url}")
         await asyncio.sleep(0.02)
+    if handler is not None:  # uvicorn has installed its handlers by now: ours go on top
+        for sig in SIGNALS:
+            signal.signal(sig, handler)
     runner.start()
     while runner.status == "created":  # running before we tell anyone it is there
         await asyncio.sleep(0.005)

@@ -5,7 +5,8 @@ the run's inlet: audio into the session's buffer, malformed events answered with
 the sender (what the run thread delivers → server events). Both end the connection cleanly:
 a client that disconnects, sends garbage too often, floods, or runs ahead of real time ends
 only its own session; the run and the other sessions go on. Errors and the close go through
-the sender's queue, so one task writes to the socket. Beside it: `/healthz` (which run
+the sender's queue (gateway/outbox.py, bounded: a client that stops reading is closed, not
+buffered for), so one task writes to the socket. Beside it: `/healthz` (which run
 serves) and `/mic`, the operator's microphone page (gateway/mic.py).
 """
 
@@ -22,6 +23,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from gateway import mic, protocol
+from gateway.outbox import Outbox
 from gateway.protocol import GatewayLimits, ProtocolError
 from load_gen.remote import BufferFull, pcm16_to_float
 
@@ -29,22 +31,11 @@ logger = logging.getLogger(__name__)
 
 ADMISSION_WAIT_S = 5.0  # the run thread answers within a poll; this bounds a stuck run
 FLUSH_WAIT_S = 1.0  # time the sender gets to deliver a last error before the close
+# A client that stopped reading takes its slow_reader error only once it reads again: it gets
+# this long (its memory is bounded meanwhile), then the connection is dropped unannounced.
+SLOW_CLOSE_WAIT_S = 10.0
 # Close codes (RFC 6455): normal, going away, policy violation, too big, try again later.
 NORMAL, GOING_AWAY, POLICY, TOO_BIG, TRY_LATER = 1000, 1001, 1008, 1009, 1013
-
-
-class _Listener:
-    """The inlet's view of a connection: `deliver` is called from the run thread."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.queue: asyncio.Queue = asyncio.Queue()
-
-    def deliver(self, kind: str, data: dict) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, (kind, data))
-        except RuntimeError:  # the server's loop is gone: nobody to tell
-            pass
 
 
 class Gateway:
@@ -54,6 +45,9 @@ class Gateway:
         self.current = current
         self.limits = limits
         self.connections = 0
+        self.slow_readers = 0  # connections given up because their client did not read
+        self._peak_closed = 0  # the most events ever waiting for a connection now closed
+        self._outboxes: set[Outbox] = set()
 
     def routes(self) -> list:
         """What an app mounts (the console's st.App could take these too)."""
@@ -63,10 +57,16 @@ class Gateway:
     def app(self) -> Starlette:
         return Starlette(routes=self.routes())
 
+    def queue_peak(self) -> int:
+        """The most events ever waiting for one connection, open or closed."""
+        return max([self._peak_closed, *(box.peak for box in self._outboxes)])
+
     async def _health(self, _request):
         target = self.current()
         return JSONResponse({"run": None if target is None else target[1]["run_id"],
-                             "connections": self.connections})
+                             "connections": self.connections, "slow_readers": self.slow_readers,
+                             "queue_peak_events": self.queue_peak(),
+                             "max_queued_events": self.limits.max_queued_events})
 
     async def realtime(self, ws: WebSocket) -> None:
         await ws.accept()
@@ -75,7 +75,7 @@ class Gateway:
             await self._refuse(ws, "server_error", "no_run", "no run is serving sessions now")
             return
         inlet, info = target
-        listener = _Listener(asyncio.get_running_loop())
+        listener = Outbox(asyncio.get_running_loop(), self.limits.max_queued_events)
         client = inlet.connect(listener)
         try:
             kind, data = await asyncio.wait_for(listener.queue.get(), ADMISSION_WAIT_S)
@@ -91,30 +91,45 @@ class Gateway:
         session = {**info, "metronome": {**info["metronome"], "session_id": data["session_id"]},
                    "id": f"sess_{info['run_id']}_{data['session_id']}"}
         self.connections += 1
+        self._outboxes.add(listener)
         try:
             await ws.send_text(json.dumps(protocol.session_created(session)))
             await self._serve(ws, inlet, client, listener, session)
         finally:
             self.connections -= 1
+            self._outboxes.discard(listener)
+            self._peak_closed = max(self._peak_closed, listener.peak)
+            if listener.dropped:
+                logger.warning("session %s: %d events dropped unread", data["session_id"],
+                               listener.dropped)
 
-    async def _serve(self, ws, inlet, client, listener, session) -> None:
+    async def _serve(self, ws, inlet, client, listener: Outbox, session) -> None:
         receiver = asyncio.create_task(self._receive(ws, client, listener, session))
         sender = asyncio.create_task(self._send(ws, listener))
-        done, _ = await asyncio.wait({receiver, sender}, return_when=asyncio.FIRST_COMPLETED)
-        if receiver in done:
+        overflow = asyncio.create_task(listener.overflowed.wait())
+        done, _ = await asyncio.wait({receiver, sender, overflow},
+                                     return_when=asyncio.FIRST_COMPLETED)
+        overflow.cancel()
+        if listener.overflowed.is_set():  # the client does not read: its session ends now
+            self.slow_readers += 1
+            receiver.cancel()
+            inlet.disconnect(client, listener.reason)
+            # The error and close wait behind what the socket holds; a client that never
+            # reads again never takes them, so the sender gets a bounded time, then goes.
+            await _bounded(sender, SLOW_CLOSE_WAIT_S)
+        elif receiver in done:
             reason = receiver.result()
             inlet.disconnect(client, reason)
             if reason == "client disconnected":
                 sender.cancel()
             else:  # our error and close are queued: let the sender deliver them
-                try:
-                    await asyncio.wait_for(sender, FLUSH_WAIT_S)
-                except (TimeoutError, asyncio.CancelledError):
-                    pass
+                await _bounded(sender, FLUSH_WAIT_S)
         else:
             receiver.cancel()
             inlet.disconnect(client, "closed by the server")
-        await _close(ws, NORMAL)
+        # A close frame waits for room in the socket like any send: bounded for the same
+        # reason; uvicorn closes the transport when this handler returns.
+        await _bounded(asyncio.ensure_future(_close(ws, NORMAL)), FLUSH_WAIT_S)
 
     async def _receive(self, ws: WebSocket, client, listener, session) -> str:
         """Until the client leaves or must go; returns why (the session's close reason)."""
@@ -122,9 +137,8 @@ class Gateway:
         window, count, errors = time.monotonic(), 0, 0
 
         def fatal(code: str, message: str, close_code: int) -> str:
-            listener.queue.put_nowait(("error", protocol.error("invalid_request_error", code,
-                                                               message)))
-            listener.queue.put_nowait(("fatal", {"code": close_code}))
+            listener.put("error", protocol.error("invalid_request_error", code, message))
+            listener.put("fatal", {"code": close_code})
             return message
 
         while True:
@@ -158,13 +172,13 @@ class Gateway:
                 return fatal("input_audio_buffer_overflow", str(exc), POLICY)
             except ProtocolError as exc:
                 errors += 1
-                listener.queue.put_nowait(("error", protocol.error(
-                    "invalid_request_error", exc.code, str(exc))))
+                listener.put("error", protocol.error("invalid_request_error", exc.code,
+                                                     str(exc)))
                 if errors >= limits.max_protocol_errors:
                     return fatal("too_many_errors", f"{errors} malformed events", POLICY)
                 continue
             if reply is not None:
-                listener.queue.put_nowait(("event", reply))
+                listener.put("event", reply)
 
     @staticmethod
     def _handle(event: dict, client, rate_hz: int, session: dict) -> dict | None:
@@ -179,7 +193,7 @@ class Gateway:
         return {"type": "input_audio_buffer.committed", "event_id": protocol.event_id()}
 
     @staticmethod
-    async def _send(ws: WebSocket, listener: _Listener) -> None:
+    async def _send(ws: WebSocket, listener: Outbox) -> None:
         while True:
             kind, data = await listener.queue.get()
             if kind == "fatal":
@@ -199,6 +213,14 @@ class Gateway:
     async def _refuse(ws: WebSocket, kind: str, code: str, message: str) -> None:
         await _send_text(ws, protocol.error(kind, code, message))
         await _close(ws, TRY_LATER)
+
+
+async def _bounded(task: asyncio.Future, timeout_s: float) -> None:
+    """Wait for `task` up to `timeout_s`, then cancel it (a send stuck on a full socket)."""
+    try:
+        await asyncio.wait_for(task, timeout_s)
+    except (TimeoutError, asyncio.CancelledError):
+        pass
 
 
 async def _send_text(ws: WebSocket, event: dict) -> bool:

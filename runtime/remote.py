@@ -167,7 +167,13 @@ class Inlet:
         if table == "frames":
             client = self._clients.get(row["session_id"])
             if client is not None:
-                client.sent.pop(row["frame_idx"], None)
+                idx, sent = row["frame_idx"], client.sent.pop(row["frame_idx"], 0)
+                # Tokens that came by the deadline after the last poll are still the frame's
+                # (the row counts them): the deltas add up to the row before its done goes.
+                if row["tokens_out"] > sent:
+                    client.listener.deliver("delta", {"frame_idx": idx,
+                                                      "n": row["tokens_out"] - sent,
+                                                      "token_ids": None})
                 client.listener.deliver("frame", {"row": row})
 
     def session_closed(self, session_id: int, why: str) -> None:

@@ -105,12 +105,13 @@ class Sessions:
             return None
         now = self.engine.now()
         if session.origin == ORIGIN and session.record is not None:
-            # A remote frame taken late (its audio came late) keeps its full budget: the next
-            # frame waits for its deadline unless it is already done.
+            # A remote frame taken late keeps its full budget: the next one waits until it is
+            # done (looked at every T/8) or due. Waiting out every late frame's budget kept a
+            # burst from ever catching up: one hiccup became a standing delay.
             handle = session.record[1]
             due = handle.t_submit - self.recorder.t0 + self._budget_s
             if t_rel < due - 1e-9 and not handle.done_by(now):
-                return due
+                return min(due, t_rel + self._frame_s / 8)
         failed = session.inflight is not None and session.inflight.failed
         self._finalise(session, now)
         if failed:

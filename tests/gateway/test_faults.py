@@ -1,5 +1,6 @@
 """Clients that misbehave end only their own session: malformed JSON gets an error and the
-session goes on, a 50 MB message and 10× real time get closed, a client that disconnects
+session goes on (the 10th closes it), a 300 KB message gets an error and a close, a 50 MB one
+and 10× real time get closed, a flood of messages is rate limited, a client that disconnects
 mid-run keeps its frames; the run finishes and the load client's sessions lose nothing."""
 
 from __future__ import annotations
@@ -51,9 +52,33 @@ async def _malformed(url):
     got = []
     async with asyncio.timeout(5):
         while "response.done" not in got:
-            got.append(json.loads(await ws.recv())["type"])
+            event = json.loads(await ws.recv())
+            got.append(event["error"]["code"] if event["type"] == "error" else event["type"])
     await ws.close()
     return got
+
+
+async def _garbage(url):
+    ws, _ = await _open(url)
+    for _ in range(10):
+        await ws.send("{not json")
+    return await _errors_until_closed(ws), ws.close_code
+
+
+async def _too_large(url):
+    ws, _ = await _open(url)  # above --max-message-kb (256), below what uvicorn refuses unread
+    await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": "A" * 300_000}))
+    return await _errors_until_closed(ws), ws.close_code
+
+
+async def _flood(url):
+    ws, _ = await _open(url)
+    try:
+        for _ in range(250):  # more than 200 messages in one second
+            await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+    except websockets.exceptions.ConnectionClosed:
+        pass
+    return await _errors_until_closed(ws), ws.close_code
 
 
 async def _huge(url):
@@ -93,18 +118,23 @@ async def _disconnect_mid_run(url):
 async def _faults(url):
     await asyncio.sleep(1.0)  # the load client's sessions are up first
     return await asyncio.gather(_malformed(url), _huge(url), _too_fast(url),
-                                _disconnect_mid_run(url))
+                                _disconnect_mid_run(url), _garbage(url), _too_large(url),
+                                _flood(url))
 
 
 def test_faulty_clients_end_only_their_own_session(serve, tmp_path):
     server = serve("--sessions", "16", duration=12)
     load = run_load(server.url, tmp_path / "client.duckdb", "--sessions", "6",
                     "--duration", "7")
-    malformed, huge_code, (fast_errors, fast_code), gone = asyncio.run(_faults(server.url))
+    malformed, huge_code, (fast_errors, fast_code), gone, garbage, large, flood = \
+        asyncio.run(_faults(server.url))
     client = finish(load)
     summary = server.summary()
 
-    assert malformed[0] == "error" and "response.done" in malformed
+    assert malformed[0] == "invalid_json" and "response.done" in malformed
+    assert garbage == (["invalid_json"] * 9 + ["invalid_json", "too_many_errors"], 1008)
+    assert large == (["message_too_large"], 1009)
+    assert flood[0][-1] == "rate_limited" and flood[1] == 1008
     assert huge_code == 1009  # message too big: refused before it was read
     assert "input_audio_buffer_overflow" in fast_errors and fast_code == 1008
     assert summary["status"] == "finished"

@@ -80,3 +80,27 @@ def test_an_empty_frame_is_sent_as_such():
     assert done["response"]["status"] == "incomplete"
     assert done["response"]["metronome"]["silent"] is True
     assert done["response"]["metronome"]["tokens_out"] == 0
+
+
+class _Told:
+    def __init__(self):
+        self.got = []
+
+    def deliver(self, kind, data):
+        self.got.append((kind, data))
+
+
+def test_a_frames_deltas_add_up_to_its_row_before_its_done():
+    from runtime.config import RunConfig
+    from runtime.remote import Client, Inlet
+
+    inlet = Inlet(RunConfig(engine="twin", load="gateway"), vocab_size=2048)
+    told = _Told()
+    client = Client(told, RemoteFrames(inlet.tokenizer, 2.0), session_id=7, state="live")
+    inlet._clients[7] = client
+    client.sent[3] = 2  # two tokens went out at polls; two more came before the deadline
+    inlet.observe("frames", {"session_id": 7, "frame_idx": 3, "tokens_out": 4})
+    assert [kind for kind, _ in told.got] == ["delta", "frame"]
+    assert told.got[0][1]["n"] == 2 and told.got[0][1]["frame_idx"] == 3
+    inlet.observe("frames", {"session_id": 7, "frame_idx": 4, "tokens_out": 0})  # empty frame
+    assert [kind for kind, _ in told.got[2:]] == ["frame"]

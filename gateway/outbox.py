@@ -1,0 +1,71 @@
+"""One connection's outgoing events, bounded: the run thread and the receiver put, the sender
+takes and writes to the socket.
+
+A client that stops reading its socket stalls only its own sender (the socket's buffers fill,
+then uvicorn's send waits); without a bound, the run thread's deltas and frame rows would pile
+up behind it for as long as the session lasts. So at `max_queued_events` unsent events the
+connection is given up: what is queued is dropped (counted), the client is told by an `error`
+{code slow_reader} and a close 1008 that wait behind what its socket already holds, and every
+later event is dropped and counted. The server (gateway/server.py) ends the session then: a
+client that cannot take its frames in real time gets nothing from more of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from gateway import protocol
+
+logger = logging.getLogger(__name__)
+
+POLICY = 1008  # the close code of a connection given up (RFC 6455 policy violation)
+
+
+class Outbox:
+    """Built on the server's event loop; `deliver` from any thread, `put` on the loop only."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_events: int) -> None:
+        if max_events < 1:
+            raise ValueError(f"max queued events {max_events} must be ≥ 1")
+        self.loop = loop
+        self.max_events = max_events
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.overflowed = asyncio.Event()  # set once: the connection is given up
+        self.peak = 0  # the most events ever waiting (what the bound holds)
+        self.dropped = 0  # events never sent because the client did not read
+
+    def deliver(self, kind: str, data: dict) -> None:
+        """From the run thread (the inlet's listener contract): never blocks."""
+        try:
+            self.loop.call_soon_threadsafe(self.put, kind, data)
+        except RuntimeError:  # the server's loop is gone: nobody to tell
+            pass
+
+    def put(self, kind: str, data: dict) -> None:
+        if self.overflowed.is_set():
+            self.dropped += 1
+            return
+        if self.queue.qsize() >= self.max_events:
+            self._give_up()
+            self.dropped += 1
+            return
+        self.queue.put_nowait((kind, data))
+        self.peak = max(self.peak, self.queue.qsize())
+
+    def _give_up(self) -> None:
+        while not self.queue.empty():
+            self.queue.get_nowait()
+            self.dropped += 1
+        logger.warning("a client left %d events unread: closing its connection",
+                       self.max_events)
+        self.queue.put_nowait(("error", protocol.error(
+            "invalid_request_error", "slow_reader", f"{self.max_events} events were waiting "
+            "unread: read the socket as fast as frames come")))
+        self.queue.put_nowait(("fatal", {"code": POLICY}))
+        self.overflowed.set()
+
+    @property
+    def reason(self) -> str:
+        """The session's close reason when the connection was given up."""
+        return f"slow reader: {self.max_events} events unread"
