@@ -3,16 +3,23 @@
 Fed one control sample per interval (the same samples the limit sees), it keeps the run's
 *stable stretches*: maximal runs of consecutive samples in which
 
-- the controller binds: live ≥ cap − 1 (the cap, not a thin offered load, holds live there)
-  and the cap is below its ceiling (a cap stuck at the most sessions a run offers measures the
-  offer, not the machine);
-- latency is at the target: the interval's p95 ≤ target · (1 + tolerance), 5 % by default
-  (a censored p95, a silent frame's unknown latency, is never within it);
+- the controller is engaged: it binds (live ≥ cap − 1: the cap, not a thin offered load, holds
+  live there) or the sample is over the target (the controller is cutting); and the cap is below
+  its ceiling (a cap stuck at the most sessions a run offers measures the offer, not the
+  machine);
 - live varies by at most `spread` (1) across the stretch.
 
-A stretch counts once it is `min_intervals` long. N* is the median live count of the last
-stretch that counts (rounded half up), `at_s` when that stretch began, `for_s` how long it
-lasted. While the current stretch counts, it is the last one: N* follows a run that settles.
+A stretch is *at the target* when its median p95 is: at most half of its samples are over
+target · (1 + tolerance), 5 % by default (a censored p95, a silent frame's unknown latency, is
+always over). Judged per stretch, not per sample: a controller that holds a real engine at its
+target sits on it, so single intervals fall on both sides (on vLLM, 2 cores, p95 swung ±15 %
+around the target from one second to the next at a steady live count; requiring every sample
+under it never found a stretch).
+
+A stretch counts once it is `min_intervals` long and at the target. N* is the median live count
+of the last stretch that counts (rounded half up), `at_s` when that stretch began, `for_s` how
+long it lasted. While the current stretch counts, it is the last one: N* follows a run that
+settles.
 """
 
 from __future__ import annotations
@@ -41,22 +48,30 @@ class _Stretch:
 
     def __init__(self, samples=()) -> None:
         self.counts: Counter = Counter()
-        self.runs: deque = deque(maxlen=self.RECENT_RUNS)  # [live, samples, first t]
+        self.runs: deque = deque(maxlen=self.RECENT_RUNS)  # [live, samples, first t, over]
         self.first_t = self.last_t = 0.0
         self.n = 0
-        for t, live, count in samples:
-            self.add(t, live, count)
+        self.over = 0  # samples over the target
+        for t, live, count, over in samples:
+            self.add(t, live, over, count)
 
-    def add(self, t: float, live: int, count: int = 1) -> None:
+    def add(self, t: float, live: int, over: int, count: int = 1) -> None:
         if self.n == 0:
             self.first_t = t
         self.n += count
+        self.over += over
         self.last_t = max(self.last_t, t)
         self.counts[live] += count
         if self.runs and self.runs[-1][0] == live:
             self.runs[-1][1] += count
+            self.runs[-1][3] += over
         else:
-            self.runs.append([live, count, t])
+            self.runs.append([live, count, t, over])
+
+    @property
+    def at_target(self) -> bool:
+        """The median sample is at the target: at most half are over it."""
+        return 2 * self.over <= self.n
 
     def spread_with(self, live: int) -> int:
         return max(max(self.counts, default=live), live) - min(min(self.counts, default=live), live)
@@ -69,7 +84,7 @@ class _Stretch:
             if max(values) - min(values) > spread:
                 break
             kept.insert(0, run)
-        return _Stretch((first_t, value, count) for value, count, first_t in kept)
+        return _Stretch((first_t, value, count, over) for value, count, first_t, over in kept)
 
     def median(self) -> float:
         half, seen = self.n / 2, 0
@@ -113,17 +128,17 @@ class NStarTracker:
         the cap the limit set from it, and the latency target in force."""
         if target_ms <= 0:
             raise ValueError(f"target {target_ms} ms must be > 0")
-        at_target = math.isfinite(p95_ms) and p95_ms <= target_ms * (1 + self.tolerance)
-        binds = live >= cap - 1 and cap < self.ceiling and live > 0
-        if not (at_target and binds):
+        over = not (math.isfinite(p95_ms) and p95_ms <= target_ms * (1 + self.tolerance))
+        engaged = live > 0 and cap < self.ceiling and (live >= cap - 1 or over)
+        if not engaged:
             self._close(_Stretch())
         elif self._stretch.spread_with(live) <= self.spread:
-            self._stretch.add(t_s, live)
+            self._stretch.add(t_s, live, int(over))
         else:
             # Live moved: the stretch ends; the next one starts with the latest samples that
             # agree with this one (a settle that drifts by one keeps its recent history).
             following = self._stretch.suffix_within(live, self.spread)
-            following.add(t_s, live)
+            following.add(t_s, live, int(over))
             self._close(following)
 
     def _close(self, following: _Stretch) -> None:
@@ -134,7 +149,7 @@ class NStarTracker:
 
     def _settled(self) -> NStar | None:
         stretch = self._stretch
-        if stretch.n < self.min_intervals:
+        if stretch.n < self.min_intervals or not stretch.at_target:
             return None
         return NStar(math.floor(stretch.median() + 0.5), round(stretch.first_t, 3),
                      round(stretch.last_t - stretch.first_t, 3), stretch.n)

@@ -57,3 +57,25 @@ def test_tracker_config_names_the_bad_value():
         NStarTracker(64, min_intervals=1)
     with pytest.raises(ValueError, match="ceiling 0"):
         NStarTracker(0)
+
+
+def test_a_controller_that_sits_on_the_target_settles_although_single_intervals_go_over():
+    # What vLLM on 2 cores looks like at a steady live count: the p95 swings around the target
+    # from one interval to the next, and every interval over it cuts the cap under live.
+    lives = [10, 10, 11, 10, 10, 11, 10, 10]
+    p95 = [38.0, 45.0, 39.5, 47.0, 36.0, 44.0, 39.0, 41.0]
+    caps = [11, 9, 12, 9, 11, 9, 11, 11]
+    found = n_star_of([(float(i), n, c, p, TARGET_MS)
+                       for i, (n, c, p) in enumerate(zip(lives, caps, p95))], ceiling=64)
+    assert found is not None and found.n_star == 10 and found.intervals == 8
+
+
+def test_a_stretch_mostly_over_the_target_does_not_count():
+    # Five of eight intervals over the target (one censored): the median is over it.
+    p95 = [45.0, 38.0, 47.0, math.inf, 39.0, 44.0, 39.0, 46.0]
+    assert n_star_of([(float(i), 10, 9, p, TARGET_MS) for i, p in enumerate(p95)],
+                     ceiling=64) is None
+    # Four of eight over: the median is at the target.
+    p95[0] = 39.0
+    assert n_star_of([(float(i), 10, 9 if p > 42 else 11, p, TARGET_MS)
+                      for i, p in enumerate(p95)], ceiling=64).n_star == 10
