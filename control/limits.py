@@ -84,9 +84,20 @@ class AIMDConfig:
     backoff: float = 0.9
     target_fraction: float = 0.8  # latency target as a fraction of the frame budget
     headroom: int = 1  # grow only when inflight ≥ limit − headroom
+    # Near the target (p95 over near_target · target) grow only after `settle_intervals`
+    # samples in a row at the target since the last change: a session stays for minutes, so
+    # the cap waits to see what the last one admitted costs before it offers another (on vLLM,
+    # 2 cores, growing on every good interval climbed 4 sessions past N_c between two
+    # intervals over the target, and those sessions stayed).
+    near_target: float = 0.8
+    settle_intervals: int = 3
 
     def __post_init__(self) -> None:
         _check_bounds(self.initial, self.min_limit, self.max_limit)
+        if not 0 < self.near_target <= 1:
+            raise ValueError(f"near-target share {self.near_target} must be in (0, 1]")
+        if not 1 <= self.settle_intervals <= 100:
+            raise ValueError(f"settle intervals {self.settle_intervals} must be in [1, 100]")
         if self.increase < 1:
             raise ValueError(f"increase {self.increase} must be ≥ 1")
         if not 0.5 <= self.backoff < 1:
@@ -108,13 +119,15 @@ class AIMDLimit(_TargetedLimit):
       while those sessions stay (repeated bad samples at the same live count do not decay it);
     - latency has room: the cap is at least the live count (it follows live back up after a
       cut, so a session that leaves is replaced at once), and grows by `increase` when live is
-      within `headroom` of it (a cap nobody uses is not grown)."""
+      within `headroom` of it (a cap nobody uses is not grown); near the target only once
+      `settle_intervals` samples in a row were at it since the last cut or growth."""
 
     kind = "aimd"
 
     def __init__(self, config: AIMDConfig, budget_ms: float) -> None:
         super().__init__(config, budget_ms)
         self._limit = config.initial
+        self._at_target = 0  # samples in a row at the target since the last cut or growth
 
     @property
     def limit(self) -> int:
@@ -126,9 +139,15 @@ class AIMDLimit(_TargetedLimit):
         if dropped or latency_ms > self.target_ms:
             anchor = math.floor(cfg.backoff * inflight)
             self._limit = max(cfg.min_limit, min(self._limit, anchor))
+            self._at_target = 0
         else:
+            self._at_target += 1
             base = max(self._limit, inflight)
-            grow = cfg.increase if inflight >= base - cfg.headroom else 0
+            settled = (latency_ms <= cfg.near_target * self.target_ms
+                       or self._at_target >= cfg.settle_intervals)
+            grow = cfg.increase if inflight >= base - cfg.headroom and settled else 0
+            if grow:
+                self._at_target = 0
             self._limit = min(cfg.max_limit, base + grow)
         self._notify(old, self._limit)
         return self._limit

@@ -76,11 +76,30 @@ def test_after_sessions_leave_new_ones_are_admitted_within_a_few_intervals(kind)
 def test_aimd_follows_live_back_up_when_one_session_leaves():
     limit = AIMDLimit(AIMDConfig(initial=21, max_limit=64, target_fraction=TARGET), BUDGET_MS)
     assert limit.on_sample(0.0, 42.0, 21, False) == 18  # over: anchored cut under 21 live
-    # One leaves: 20 at the target, room. The cap jumps to live and grows by one, so the
-    # next arrival is admitted now, not after three intervals of +1.
-    assert limit.on_sample(1.0, 40.0, 20, False) == 21
+    # One leaves: 20 at the target. The cap follows live back up at once (never under the
+    # sessions that stay), but 21 was just over the target: the 21st is offered again only
+    # after three intervals in a row at it, not at the next interval.
+    assert [limit.on_sample(1.0 + k, 40.0, 20, False) for k in range(3)] == [20, 20, 21]
     # Far below the cap: no growth (a cap nobody uses is not grown), no cut.
-    assert limit.on_sample(2.0, 10.0, 5, False) == 21
+    assert limit.on_sample(5.0, 10.0, 5, False) == 21
+
+
+def test_aimd_grows_at_once_with_room_and_carefully_near_the_target():
+    limit = AIMDLimit(AIMDConfig(initial=10, max_limit=64, target_fraction=TARGET), BUDGET_MS)
+    # Latency well under the target (≤ 0.8 of it): +1 per interval, as Netflix's AIMD.
+    assert [limit.on_sample(float(k), 20.0, limit.limit, False) for k in range(3)] == [11, 12, 13]
+    # Near it (36 of 40 ms): a step only after three intervals in a row at the target, and an
+    # interval over it starts the count again.
+    caps = [limit.on_sample(3.0 + k, lat, limit.limit, False)
+            for k, lat in enumerate([36.0, 36.0, 36.0, 36.0, 36.0, 36.0])]
+    assert caps == [13, 13, 14, 14, 14, 15]
+    assert limit.on_sample(9.0, 41.0, 15, False) == 13  # over: ⌊0.9 · 15⌋
+    caps = [limit.on_sample(10.0 + k, 36.0, 15, False) for k in range(3)]
+    assert caps == [15, 15, 16]  # follows live back up, then waits three at the target
+    with pytest.raises(ValueError, match="settle intervals 0 must be in"):
+        AIMDConfig(settle_intervals=0)
+    with pytest.raises(ValueError, match="near-target share 1.5"):
+        AIMDConfig(near_target=1.5)
 
 
 def test_gradient_anchor_is_validated_and_can_be_turned_off():
