@@ -42,6 +42,7 @@ PROBE_S = {"vllm": 3.0, "twin": 6.0}  # long enough for ~35 frames per session a
 PERIODS_MS = (80.0, 160.0, 320.0, 640.0, 1000.0, 2000.0)
 DEMO_MIN_SESSIONS = 4  # fewer make no convincing cliff vs slope pair
 FIRST_PROBE_SESSIONS = 2
+WARM_UP_FRAMES = 12  # a discarded run before the first probe (about 1 s at 80 ms)
 N_MAX = 128  # the calibration pool holds this many windowed sessions
 MAX_SILENT_RATE = 0.01  # a probe with more silent frames than this is over the limit
 # The frame and window every probe (and the demo) uses: the defaults of a run.
@@ -223,6 +224,7 @@ def calibrate(engine: str, model: str, store=None, *, engine_factory=None, progr
     note(0.0, f"starting the {engine} engine")
     eng = engine_factory(base)
     search = _Search(base, eng, note, probe_s)
+    search.warm_up()
     periods: list[tuple[float, int, int]] = []  # (frame_ms, N_c, estimate)
     try:
         for i, frame_ms in enumerate(PERIODS_MS):
@@ -271,6 +273,15 @@ class _Search:
     def close(self) -> None:
         self.store.close()
 
+    def warm_up(self) -> None:
+        """A discarded run first: a fresh vLLM engine's first requests are slow (seen: 2
+        sessions at 80 ms censored right after the start, 1 session at 40 ms a probe later)."""
+        from dataclasses import replace
+
+        Runner(replace(self.base, sessions=FIRST_PROBE_SESSIONS,
+                       duration_s=WARM_UP_FRAMES * self.base.frame_ms / 1e3),
+               self.eng, self.store).run()
+
     def _probe(self, frame_ms: float, n: int, found: dict, max_probes: int) -> bool:
         from dataclasses import replace
 
@@ -312,12 +323,6 @@ class _Search:
             self._probe(frame_ms, n, found, max_probes)
             lo, hi = _bracket(found)
         return lo, estimate
-
-
-def _probe_config(base: RunConfig, sessions: int) -> RunConfig:
-    from dataclasses import replace
-
-    return replace(base, sessions=sessions)
 
 
 def _bracket(probes: dict[int, tuple]) -> tuple[int, int | None]:
