@@ -266,7 +266,12 @@ def tsat_prediction(cur, run_id: str, rho_made: float = 0.5) -> dict | None:
         row = cur.execute(
             "SELECT t, occupancy, tsat_s FROM ticks WHERE run_id = ? ORDER BY t DESC LIMIT 1",
             [run_id]).fetchone()
-    if row is None or row[2] is None or not math.isfinite(row[2]):
+    return prediction(row)
+
+
+def prediction(row) -> dict | None:
+    """The t_sat mark from a tick's (t, occupancy, tsat_s); None without a finite t_sat."""
+    if row is None or row[2] is None or pd.isna(row[2]) or not math.isfinite(row[2]):
         return None
     t, rho, tsat = (float(x) for x in row)
     return {"t_made": t, "rho_made": rho, "t_full": t + tsat,

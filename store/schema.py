@@ -236,10 +236,28 @@ ALTER TABLE frames ADD COLUMN IF NOT EXISTS origin VARCHAR;
 -- Why a schedule cannot run (its trace deleted, settings no longer valid); NULL: it can.
 -- Set when a scheduler starts; an invalid schedule is skipped, the others still fire.
 ALTER TABLE schedules ADD COLUMN IF NOT EXISTS invalid VARCHAR;
+-- Rollups (store/rollups.py): per run, level (bucket seconds) and bucket start t, written
+-- with the frames and ticks in the same transaction; rows with one key add up.
+CREATE TABLE IF NOT EXISTS frame_rollups (
+    run_id VARCHAR, level_s INTEGER, t DOUBLE, frames INTEGER, silent INTEGER,
+    silent_memory INTEGER, silent_compute INTEGER, silent_guard INTEGER, silent_other INTEGER,
+    censored INTEGER, late INTEGER, misses INTEGER, naive_misses INTEGER, tokens_out BIGINT);
+CREATE TABLE IF NOT EXISTS latency_rollups (
+    run_id VARCHAR, level_s INTEGER, t DOUBLE, bin SMALLINT, n INTEGER, naive_n INTEGER);
+CREATE TABLE IF NOT EXISTS wall_rollups (
+    run_id VARCHAR, level_s INTEGER, t DOUBLE, session_id INTEGER, frames INTEGER,
+    silent INTEGER, tokens BIGINT);
+CREATE TABLE IF NOT EXISTS tick_rollups (
+    run_id VARCHAR, level_s INTEGER, t DOUBLE, ticks INTEGER, t_last DOUBLE, live INTEGER,
+    limit_sessions INTEGER, used_blocks INTEGER, total_blocks INTEGER, admitted INTEGER,
+    rejected INTEGER, evicted INTEGER, tsat_s DOUBLE, rho_slope_per_s DOUBLE, n_star INTEGER,
+    occupancy DOUBLE, stalled BOOLEAN, max_overrun_ms DOUBLE, first_flowing_t DOUBLE);
 """
 
 TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models", "settings_history",
           "rank_ticks", "calibrations")
 # every row keyed by one run_id (retention moves these)
-RUN_TABLES = ("runs", "frames", "ticks", "events", "steps", "settings_history", "rank_ticks")
+ROLLUP_TABLES = ("frame_rollups", "latency_rollups", "wall_rollups", "tick_rollups")
+RUN_TABLES = ("runs", "frames", "ticks", "events", "steps", "settings_history", "rank_ticks",
+              *ROLLUP_TABLES)
 FIRE_STATUSES = ("running", "finished", "failed", "skipped", "missed", "interrupted")
