@@ -2,11 +2,11 @@
 many frames the run has. A chart bucket of B seconds reads the largest rollup level that
 divides B (`level_for`), so B must be a multiple of 1 s (app/live_data.py picks such sizes).
 
-Counts are exact. Percentiles come from the latency histograms: per chart bucket, the bin
-holding the frame of rank ⌈q·(n−1)⌉+1 (the upper of the two frames DuckDB's quantile_cont
-interpolates between), read as that bin's upper edge: never below that frame's latency and at
-most one bin (5 %) above it; a rank among the censored frames is +inf ("> budget"), exactly
-as store.queries.TRUE_LATENCY ranks them. Exact percentiles over raw frames stay in
+Counts are exact. Percentiles come from the latency histograms: per chart bucket, DuckDB's
+quantile_cont interpolation between the frames of ranks ⌊h⌋+1 and ⌈h⌉+1 (h = q·(n−1)), each
+frame read as the upper edge of its bin; so the result is never below the exact percentile
+and less than one bin ratio (5 %) above it, and +inf ("> budget") exactly when the exact one
+is (the censored frames rank above every answer, as store.queries.TRUE_LATENCY ranks them). Exact percentiles over raw frames stay in
 store/queries.py (a run's summary, a chosen window).
 """
 
@@ -60,10 +60,21 @@ def histogram_percentiles(cur, run_id: str, bucket_s: float, since: float = 0.0
         before = np.concatenate(([0.0], cum))[starts]  # frames in the buckets before
         total = np.concatenate((cum[starts[1:] - 1], cum[-1:])) - before
         for name, q in names.items():
-            rank = np.ceil((total - 1) * q) + 1  # the upper frame quantile_cont weighs
-            at = np.minimum(np.searchsorted(cum, before + rank - 0.5), len(cum) - 1)
-            out[name] = np.where(total > 0, edges[at], np.nan)
+            out[name] = np.where(total > 0, _interpolated(cum, before, total, q, edges), np.nan)
     return pd.DataFrame(out)
+
+
+def _interpolated(cum, before, total, q: float, edges) -> np.ndarray:
+    """quantile_cont's interpolation between the frames of ranks ⌊h⌋+1 and ⌈h⌉+1, h = q·(n−1),
+    each read as the upper edge of its bin: never below the exact value, and below one bin
+    ratio (5 %) above it; +inf when the upper frame is censored and weighs anything."""
+    h = (total - 1) * q
+    last = len(cum) - 1
+    lo = edges[np.minimum(np.searchsorted(cum, before + np.floor(h) + 0.5), last)]
+    hi = edges[np.minimum(np.searchsorted(cum, before + np.ceil(h) + 0.5), last)]
+    frac = h - np.floor(h)
+    with np.errstate(invalid="ignore"):
+        return np.where(frac == 0, lo, np.where(np.isinf(hi), np.inf, lo + frac * (hi - lo)))
 
 
 def frame_buckets(cur, run_id: str, bucket_s: float = 1.0, since: float = 0.0

@@ -25,6 +25,8 @@ import logging
 import math
 import time
 
+import pandas as pd
+
 from store.schema import ROLLUP_TABLES
 
 logger = logging.getLogger(__name__)
@@ -202,18 +204,37 @@ class Maintainer:
     """The writer thread's side: rollups with every frames/ticks batch, compaction now and
     then. Compaction failing costs nothing but size (logged; the run is retried later)."""
 
-    def __init__(self, every_s: float = COMPACT_EVERY_S) -> None:
-        self.every_s = every_s
+    def __init__(self, every_s: float | None = None) -> None:
+        self.every_s = COMPACT_EVERY_S if every_s is None else every_s
         self._dirty: dict[str, float] = {}  # run → earliest time touched since compaction
-        self._next = time.monotonic() + every_s
+        self._next = time.monotonic() + self.every_s
 
-    def insert(self, con, table: str, columns) -> bool:
-        """Insert `_batch` into `table` (with rollups when it has them); False: no rollups."""
-        if table not in ROLLED:
-            return False
-        for run_id, t in insert_rolled(con, table, columns).items():
-            self._dirty[run_id] = min(t, self._dirty.get(run_id, t))
-        return True
+    def insert(self, con, table: str, rows: list[dict]) -> None:
+        """Insert the rows into `table`, with their rollups when it has them (one
+        transaction); raises what DuckDB raised, with none of them written."""
+        if not rows:
+            return
+        batch = pd.DataFrame(rows)
+        con.register("_batch", batch)
+        try:
+            if table not in ROLLED:
+                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch")
+                return
+            for run_id, t in insert_rolled(con, table, batch.columns).items():
+                self._dirty[run_id] = min(t, self._dirty.get(run_id, t))
+        finally:
+            con.unregister("_batch")
+
+    @staticmethod
+    def probe(con, table: str, row: dict) -> None:
+        """Raise what inserting this one row would raise; writes nothing (rolled back)."""
+        con.register("_batch", pd.DataFrame([row]))
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch")
+        finally:
+            rollback(con)
+            con.unregister("_batch")
 
     def maybe_compact(self, con, force: bool = False) -> None:
         if not self._dirty or (not force and time.monotonic() < self._next):

@@ -26,8 +26,6 @@ import time
 from collections import defaultdict
 from contextlib import suppress
 
-import pandas as pd
-
 from store.faults import first_line, is_storage_failure
 from store.rollups import Maintainer
 from store.schema import TABLES
@@ -210,7 +208,7 @@ class StoreWriter:
                                              "was still busy")
                 continue
             try:
-                self._insert(table, rows)
+                self._rollups.insert(self._con, table, rows)
                 written = len(rows)
                 self._recovered()
             except Exception as exc:  # noqa: BLE001 - one bad row must not sink its batch
@@ -224,20 +222,28 @@ class StoreWriter:
                 self.rows_written += written
 
     def _insert_one_by_one(self, table: str, rows: list[dict]) -> int:
-        written = streak = 0
+        """Each row tried alone (in a transaction rolled back: cheap, no rollups), then the
+        good ones written together with their rollups."""
+        good, streak = [], 0
         for i, row in enumerate(rows):
             try:
-                self._insert(table, [row])
-                written += 1
+                self._rollups.probe(self._con, table, row)
+                good.append(row)
                 streak = 0
             except Exception as exc:  # noqa: BLE001 - counted, with the error
                 streak += 1
                 if self._storage(exc) or streak >= MAX_BAD_STREAK:
-                    # Not one bad row: stop paying ~12 ms a row for the rest of the batch.
+                    # Not one bad row: stop paying for each of the rest of the batch.
                     self._lose(table, len(rows) - i, first_line(exc))
                     break
                 self._lose(table, 1, first_line(exc))
-        return written
+        try:
+            self._rollups.insert(self._con, table, good)
+        except Exception as exc:  # noqa: BLE001 - counted, with the error
+            self._storage(exc)
+            self._lose(table, len(good), first_line(exc))
+            return 0
+        return len(good)
 
     def _storage(self, exc: BaseException) -> bool:
         """Note a storage failure (logged once until the store writes again)."""
@@ -277,15 +283,6 @@ class StoreWriter:
                 b[1].set()
             elif kind == "flush":
                 a.set()
-
-    def _insert(self, table: str, rows: list[dict]) -> None:
-        batch = pd.DataFrame(rows)
-        self._con.register("_batch", batch)
-        try:
-            if not self._rollups.insert(self._con, table, batch.columns):
-                self._con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch")
-        finally:
-            self._con.unregister("_batch")
 
     def _lose(self, table: str, n_rows: int, error: str) -> None:
         with self._count_lock:
