@@ -10,7 +10,7 @@ run recorded before rollups existed is rolled up once first (`ensure_rollups`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -54,34 +54,49 @@ class LiveData:
 
 @dataclass
 class _Settled:
-    """Frame buckets that can no longer change, kept between refreshes of one viewer."""
+    """What can no longer change, kept between refreshes of one viewer: frame and tick
+    buckets before `until`, and the stalls that have ended."""
     until: float  # buckets starting before this edge are final
     frames: pd.DataFrame
     wall: pd.DataFrame
+    ticks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    stalls: dict = field(default_factory=dict)  # stall event t → its span, once it ended
 
 
 def live_data(cur, row: dict, cache: dict | None = None) -> LiveData:
-    """Everything one Live refresh shows. With `cache` (one per viewer, e.g. session state),
-    frame buckets that have settled are kept and only newer frames are scanned again, so a
-    refresh of a long run costs the last seconds, not the whole run; a run that has ended is
-    settled entirely and costs no frame scan at all."""
+    """Everything one Live refresh shows, from the rollups. With `cache` (one per viewer, e.g.
+    session state), buckets that have settled and stalls that have ended are kept and only
+    newer rollup rows are read again, so a refresh of a long run costs the last seconds, not
+    the whole run; a run that has ended is settled entirely and reads no bucket rows at all."""
     bucket = bucket_for(float(row["duration_s"]))
     run_id = row["run_id"]
-    tick = rollup_queries.latest_tick(cur, run_id)
+    summary = rollup_queries.tick_summary(cur, run_id)
+    tick = rollup_queries.latest_tick(cur, run_id, summary)
     settled = (cache or {}).get((run_id, bucket)) or _Settled(0.0, pd.DataFrame(), pd.DataFrame())
-    frames = _append(settled.frames,
-                     rollup_queries.frame_buckets(cur, run_id, bucket, settled.until))
-    wall = _append(settled.wall, rollup_queries.session_wall(cur, run_id, bucket, settled.until))
+    since = settled.until
+    if math.isinf(since):  # an ended run, all settled
+        frames, wall, ticks = settled.frames, settled.wall, settled.ticks
+    else:
+        frames = _append(settled.frames,
+                         rollup_queries.frame_buckets(cur, run_id, bucket, since))
+        wall = _append(settled.wall, rollup_queries.session_wall(cur, run_id, bucket, since))
+        ticks = _append(settled.ticks, rollup_queries.tick_buckets(cur, run_id, bucket, since))
+    stalls = dict(settled.stalls)
+    history = queries.settings_history(cur, run_id)
+    marks = charts.Marks(rollup_queries.stall_spans(cur, run_id, summary, stalls),
+                         history[history.setting != "start"][["t", "change"]],
+                         rollup_queries.tsat_prediction(cur, run_id, tick=tick,
+                                                        summary=summary))
     if cache is not None:
         until = _settled_edge(row, tick, bucket)
-        cache[(run_id, bucket)] = _Settled(until, frames[frames.t < until],
-                                           wall[wall.t < until] if not wall.empty else wall)
-    history = queries.settings_history(cur, run_id)
-    marks = charts.Marks(rollup_queries.stall_spans(cur, run_id),
-                         history[history.setting != "start"][["t", "change"]],
-                         rollup_queries.tsat_prediction(cur, run_id, tick=tick))
-    return LiveData(row, tick, frames, rollup_queries.tick_buckets(cur, run_id, bucket), wall,
-                    bucket, marks, history, rank_queries.rank_buckets(cur, run_id, bucket))
+        cache[(run_id, bucket)] = _Settled(until, _before(frames, until), _before(wall, until),
+                                           _before(ticks, until), stalls)
+    return LiveData(row, tick, frames, ticks, wall, bucket, marks, history,
+                    rank_queries.rank_buckets(cur, run_id, bucket))
+
+
+def _before(df: pd.DataFrame, until: float) -> pd.DataFrame:
+    return df[df.t < until] if not df.empty else df
 
 
 def _settled_edge(row: dict, tick: dict | None, bucket: float) -> float:

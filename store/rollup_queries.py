@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from store.queries import STALL_LABEL, prediction
-from store.rollups import CENSORED_BIN, LEVELS, bin_edge
+from store.rollups import CENSORED_BIN, LEVELS, TSAT_RHO_MADE, bin_edge
 
 _EDGES = np.array([bin_edge(b) for b in range(CENSORED_BIN + 1)])
 FRAME_COLUMNS = ["t", "p50_ms", "p95_ms", "p99_ms", "naive_p95_ms", "frames", "censored",
@@ -33,26 +33,41 @@ def level_for(bucket_s: float) -> int:
     return max(level for level in LEVELS if int(bucket_s) % level == 0)
 
 
+def _frame(result) -> pd.DataFrame:
+    """A query's result as a DataFrame through numpy, cheaper than .df(); NULL is NaN in a
+    numeric column, None in any other."""
+    return pd.DataFrame({name: _unmasked(values) for name, values in
+                         result.fetchnumpy().items()})
+
+
+def _unmasked(values):
+    if not np.ma.isMaskedArray(values):
+        return values
+    if not values.mask.any():
+        return values.data
+    if values.dtype.kind in "iuf":
+        return np.ma.filled(values.astype(float), np.nan)
+    return np.where(values.mask, None, values.data.astype(object))
+
+
 def _where(bucket_s: float, since: float) -> tuple[str, list]:
     return "run_id = ? AND level_s = ? AND t >= ?", [level_for(bucket_s), since]
 
 
-def histogram_percentiles(cur, run_id: str, bucket_s: float, since: float = 0.0
-                          ) -> pd.DataFrame:
-    """Per chart bucket t: p50_ms, p95_ms, p99_ms of true latency (inf: censored) and the
-    gateway's naive_p95_ms, from the histograms (merged and walked in numpy: one scan)."""
+def _percentiles(cur, run_id: str, bucket_s: float, since: float) -> dict:
+    """Per chart bucket (its index t // bucket_s, sorted): p50_ms, p95_ms, p99_ms of true
+    latency (inf: censored) and the gateway's naive_p95_ms, from the histograms, merged and
+    walked in numpy (one scan, no GROUP BY)."""
     where, params = _where(bucket_s, since)
     raw = cur.execute(f"SELECT t, bin, n, naive_n FROM latency_rollups WHERE {where}",
                       [run_id, *params]).fetchnumpy()
-    if len(raw["n"]) == 0:
-        return pd.DataFrame(columns=["t", "p50_ms", "p95_ms", "p99_ms", "naive_p95_ms"])
     nbins = CENSORED_BIN + 1
     bucket = np.floor(np.asarray(raw["t"], dtype=float) / bucket_s).astype(np.int64)
     keys, inverse = np.unique(bucket * nbins + np.asarray(raw["bin"], dtype=np.int64),
                               return_inverse=True)
     groups, starts = np.unique(keys // nbins, return_index=True)
     edges = _EDGES[keys % nbins]
-    out = {"t": groups * bucket_s}
+    out = {"bucket": groups}
     for column, names in (("n", {"p50_ms": 0.5, "p95_ms": 0.95, "p99_ms": 0.99}),
                           ("naive_n", {"naive_p95_ms": 0.95})):
         counts = np.bincount(inverse, weights=np.asarray(raw[column], dtype=float))
@@ -61,7 +76,14 @@ def histogram_percentiles(cur, run_id: str, bucket_s: float, since: float = 0.0
         total = np.concatenate((cum[starts[1:] - 1], cum[-1:])) - before
         for name, q in names.items():
             out[name] = np.where(total > 0, _interpolated(cum, before, total, q, edges), np.nan)
-    return pd.DataFrame(out)
+    return out
+
+
+def histogram_percentiles(cur, run_id: str, bucket_s: float, since: float = 0.0
+                          ) -> pd.DataFrame:
+    """Per chart bucket t: p50_ms, p95_ms, p99_ms and naive_p95_ms from the histograms."""
+    out = _percentiles(cur, run_id, bucket_s, since)
+    return pd.DataFrame({"t": out.pop("bucket") * bucket_s, **out})
 
 
 def _interpolated(cum, before, total, q: float, edges) -> np.ndarray:
@@ -82,42 +104,44 @@ def frame_buckets(cur, run_id: str, bucket_s: float = 1.0, since: float = 0.0
     """store.queries.frame_buckets from the rollups: per bucket the truthful and the naive
     view (percentiles from the histograms, counts exact)."""
     where, params = _where(bucket_s, since)
-    counts = cur.execute(
-        f"""
-        SELECT floor(t / ?) * ? AS t, sum(frames) AS frames, sum(censored) AS censored,
-               sum(silent) / ? AS silent_per_s, sum(misses) / sum(frames) AS miss_rate,
-               sum(naive_misses) / sum(frames) AS naive_miss_rate
-        FROM frame_rollups WHERE {where} GROUP BY 1 HAVING sum(frames) > 0 ORDER BY 1
-        """, [bucket_s, bucket_s, bucket_s, run_id, *params]).df()
-    if counts.empty:
+    raw = cur.execute(f"SELECT t, frames, censored, silent, misses, naive_misses FROM "
+                      f"frame_rollups WHERE {where}", [run_id, *params]).fetchnumpy()
+    if len(raw["t"]) == 0:
         return pd.DataFrame(columns=FRAME_COLUMNS)
-    q = histogram_percentiles(cur, run_id, bucket_s, since)
-    df = counts.merge(q, on="t", how="left")
-    for name in ("frames", "censored"):
-        df[name] = df[name].astype("int64")
-    return df[FRAME_COLUMNS]
+    buckets, inverse = np.unique(np.floor(np.asarray(raw["t"], dtype=float) / bucket_s)
+                                 .astype(np.int64), return_inverse=True)
+    sums = {c: np.bincount(inverse, weights=np.asarray(raw[c], dtype=float))
+            for c in ("frames", "censored", "silent", "misses", "naive_misses")}
+    q = _percentiles(cur, run_id, bucket_s, since)
+    at = np.searchsorted(q["bucket"], buckets)  # every bucket with frames has a histogram
+    frames = sums["frames"]
+    return pd.DataFrame({
+        "t": buckets * bucket_s, **{name: q[name][at] for name in FRAME_COLUMNS[1:5]},
+        "frames": frames.astype(np.int64), "censored": sums["censored"].astype(np.int64),
+        "silent_per_s": sums["silent"] / bucket_s, "miss_rate": sums["misses"] / frames,
+        "naive_miss_rate": sums["naive_misses"] / frames})[FRAME_COLUMNS]
 
 
 def session_wall(cur, run_id: str, bucket_s: float = 1.0, since: float = 0.0) -> pd.DataFrame:
     """store.queries.session_wall from the rollups: sessions × buckets, tokens and the share
     of silent frames."""
     where, params = _where(bucket_s, since)
-    return cur.execute(
+    return _frame(cur.execute(
         f"""
         SELECT session_id, floor(t / ?) * ? AS t, floor(t / ?) * ? + ? AS t_end,
                sum(tokens) AS tokens, sum(frames) AS frames,
                sum(silent) / sum(frames) AS silent_share
         FROM wall_rollups WHERE {where} GROUP BY 1, 2, 3 HAVING sum(frames) > 0 ORDER BY 1, 2
-        """, [bucket_s, bucket_s, bucket_s, bucket_s, bucket_s, run_id, *params]).df()
+        """, [bucket_s, bucket_s, bucket_s, bucket_s, bucket_s, run_id, *params]))
 
 
-def tick_buckets(cur, run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
+def tick_buckets(cur, run_id: str, bucket_s: float = 1.0, since: float = 0.0) -> pd.DataFrame:
     """store.queries.tick_buckets from the rollups (the same values: last gauges by time,
-    highest ρ, any stall, worst overrun)."""
-    where, params = _where(bucket_s, 0.0)
+    highest ρ, any stall, worst overrun), from the bucket edge `since` on."""
+    where, params = _where(bucket_s, since)
     last = ", ".join(f"arg_max({c}, t_last) AS {c}" for c in (
         "live", "limit_sessions"))
-    return cur.execute(
+    return _frame(cur.execute(
         f"""
         SELECT floor(t / ?) * ? AS t, {last}, max(occupancy) AS occupancy,
                arg_max(used_blocks, t_last) AS used_blocks,
@@ -127,75 +151,94 @@ def tick_buckets(cur, run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
                arg_max(rho_slope_per_s, t_last) AS rho_slope_per_s, bool_or(stalled) AS stalled,
                max(max_overrun_ms) AS max_overrun_ms, arg_max(n_star, t_last) AS n_star
         FROM tick_rollups WHERE {where} GROUP BY 1 ORDER BY 1
-        """, [bucket_s, bucket_s, run_id, *params]).df()
+        """, [bucket_s, bucket_s, run_id, *params]))
 
 
-def last_tick_t(cur, run_id: str) -> float | None:
-    return cur.execute(f"SELECT max(t_last) FROM tick_rollups WHERE run_id = ? AND level_s = "
-                       f"{LEVELS[-1]}", [run_id]).fetchone()[0]
+def tick_summary(cur, run_id: str) -> dict:
+    """From the coarsest tick rollups: the last tick's time (t_last), the highest ρ
+    (max_occupancy) and the first tick that could make the t_sat mark (tsat_made_t)."""
+    row = cur.execute(f"SELECT max(t_last), max(occupancy), min(tsat_made_t) FROM tick_rollups "
+                      f"WHERE run_id = ? AND level_s = {LEVELS[-1]}", [run_id]).fetchone()
+    return dict(zip(("t_last", "max_occupancy", "tsat_made_t"), row))
 
 
-def latest_tick(cur, run_id: str) -> dict | None:
-    """The run's newest tick row: its time from the rollups, the row read where it is."""
-    t = last_tick_t(cur, run_id)
+def latest_tick(cur, run_id: str, summary: dict | None = None) -> dict | None:
+    """The run's newest tick row (NULL as None): its time from the rollups, the row read
+    where it is."""
+    t = (summary or tick_summary(cur, run_id))["t_last"]
     if t is None:
         return None
-    df = cur.execute("SELECT * FROM ticks WHERE run_id = ? AND t >= ? ORDER BY t DESC LIMIT 1",
-                     [run_id, t]).df()
-    return None if df.empty else df.iloc[0].to_dict()
+    row = cur.execute("SELECT * FROM ticks WHERE run_id = ? AND t = ? LIMIT 1",
+                      [run_id, t]).fetchone()
+    return None if row is None else dict(zip((d[0] for d in cur.description), row))
 
 
-def stall_spans(cur, run_id: str) -> pd.DataFrame:
+SPAN_COLUMNS = ["t_start", "t_end", "label"]
+
+
+def stall_spans(cur, run_id: str, summary: dict | None = None, ended: dict | None = None
+                ) -> pd.DataFrame:
     """store.queries.stall_spans without reading every tick: each stall's end is the first
-    tick after its event that was not stalled, found in the ticks of the event's second and
-    in the level-1 rollups after it (the last tick when it never flows again)."""
+    tick after its event that was not stalled, from the ticks of the event's own second and
+    the level-1 rollups after it (the last tick when it never flows again). `ended`: a cache
+    of the spans that have ended (event t → span), read and filled: never looked up again."""
+    known = {} if ended is None else ended
     starts = cur.execute("SELECT t, detail FROM events WHERE run_id = ? AND kind = 'stall' "
                          "ORDER BY t", [run_id]).fetchall()
-    if not starts:
-        return pd.DataFrame(columns=["t_start", "t_end", "label"])
-    ends = []
-    for i in range(0, len(starts), 64):  # one statement for many stalls, bounded in size
-        chunk = starts[i:i + 64]
-        sql = " UNION ALL ".join(
-            f"SELECT {j} AS i, coalesce((SELECT min(t) FROM ticks WHERE run_id = $r AND "
-            f"t > $t{j} AND t < $e{j} AND NOT coalesce(stalled, false)), (SELECT "
-            f"min(first_flowing_t) FROM tick_rollups WHERE run_id = $r AND level_s = 1 AND "
-            f"t >= $e{j})) AS t_end" for j in range(len(chunk)))
-        params = {"r": run_id}
-        for j, (t, _) in enumerate(chunk):
-            params.update({f"t{j}": float(t), f"e{j}": math.floor(t) + 1.0})
-        ends.extend(t for _, t in sorted(cur.execute(sql, params).fetchall()))
-    last = last_tick_t(cur, run_id)
+    todo = sorted({float(t) for t, _ in starts if float(t) not in known})
+    ends = dict(cur.execute(
+        """
+        WITH e AS (SELECT unnest(?::DOUBLE[]) AS te),
+        inside AS (SELECT e.te, min(k.t) AS t FROM e JOIN ticks k
+                   ON k.t > e.te AND k.t < floor(e.te) + 1
+                   WHERE k.run_id = ? AND NOT coalesce(k.stalled, false) GROUP BY e.te),
+        r AS (SELECT t, first_flowing_t FROM tick_rollups WHERE run_id = ? AND level_s = 1
+              AND first_flowing_t IS NOT NULL),
+        after AS (SELECT e.te, r.first_flowing_t AS t FROM e ASOF LEFT JOIN r
+                  ON r.t >= floor(e.te) + 1)
+        SELECT e.te, coalesce(inside.t, after.t) FROM e LEFT JOIN inside USING (te)
+        LEFT JOIN after USING (te)
+        """, [todo, run_id, run_id]).fetchall()) if todo else {}
+    last = (summary or tick_summary(cur, run_id))["t_last"]
     spans = []
-    for (t_event, detail), end in zip(starts, ends):
+    for t_event, detail in starts:
+        if float(t_event) in known:
+            spans.append(known[float(t_event)])
+            continue
         d = json.loads(detail)
+        end = ends.get(float(t_event))
         spans.append({"t_start": float(d.get("since", t_event)),
                       "t_end": float(end if end is not None else last),
                       "label": d.get("label") or STALL_LABEL.format(ticks=d.get("ticks", 2))})
-    return pd.DataFrame(spans, columns=["t_start", "t_end", "label"])
+        if end is not None:
+            known[float(t_event)] = spans[-1]
+    return pd.DataFrame(spans, columns=SPAN_COLUMNS)
 
 
-def tsat_prediction(cur, run_id: str, rho_made: float = 0.5, tick: dict | None = None
-                    ) -> dict | None:
+def tsat_prediction(cur, run_id: str, rho_made: float = TSAT_RHO_MADE,
+                    tick: dict | None = None, summary: dict | None = None) -> dict | None:
     """store.queries.tsat_prediction from the rollups: whether the pool filled from their
-    highest ρ, the tick that made the prediction searched from the first second that reached
-    `rho_made`; `tick`: the run's latest tick when the caller has it."""
-    top = cur.execute(f"SELECT max(occupancy), min(t) FILTER (WHERE occupancy >= ?) FROM "
-                      f"tick_rollups WHERE run_id = ? AND level_s = 1",
-                      [rho_made, run_id]).fetchone()
-    if top[0] is not None and top[0] >= 0.99:
-        row, lo, width = None, top[1], 60.0
-        end = last_tick_t(cur, run_id)
-        while row is None and lo is not None and lo <= end:
-            row = cur.execute(
-                "SELECT t, occupancy, tsat_s FROM ticks WHERE run_id = ? AND t >= ? AND t < ? "
-                "AND tsat_s IS NOT NULL AND isfinite(tsat_s) AND occupancy >= ? AND "
-                "occupancy < 0.99 ORDER BY t LIMIT 1",
-                [run_id, lo, lo + width, rho_made]).fetchone()
-            lo, width = lo + width, width * 4
-    else:
-        tick = tick if tick is not None else latest_tick(cur, run_id)
-        row = None if tick is None else (tick["t"], tick["occupancy"], tick["tsat_s"])
+    highest ρ, and the tick that made the prediction from their first candidate (other
+    `rho_made`: searched from the first second that reached it); `tick`, `summary`: the
+    latest tick and tick_summary when the caller has them."""
+    summary = summary or tick_summary(cur, run_id)
+    if summary["max_occupancy"] is None or summary["max_occupancy"] < 0.99:
+        tick = tick if tick is not None else latest_tick(cur, run_id, summary)
+        return prediction(None if tick is None else (tick["t"], tick["occupancy"],
+                                                     tick["tsat_s"]))
+    sql = ("SELECT t, occupancy, tsat_s FROM ticks WHERE run_id = ? AND t >= ? AND t < ? AND "
+           "tsat_s IS NOT NULL AND isfinite(tsat_s) AND occupancy >= ? AND occupancy < 0.99 "
+           "ORDER BY t LIMIT 1")
+    if rho_made == TSAT_RHO_MADE:
+        t = summary["tsat_made_t"]
+        return None if t is None else prediction(
+            cur.execute(sql, [run_id, t, t + 1.0, rho_made]).fetchone())
+    row, width = None, 60.0
+    lo = cur.execute("SELECT min(t) FROM tick_rollups WHERE run_id = ? AND level_s = 1 AND "
+                     "occupancy >= ?", [run_id, rho_made]).fetchone()[0]
+    while row is None and lo is not None and lo <= summary["t_last"]:
+        row = cur.execute(sql, [run_id, lo, lo + width, rho_made]).fetchone()
+        lo, width = lo + width, width * 4
     return prediction(row)
 
 

@@ -9,7 +9,8 @@ seconds (one of LEVELS) of run time (frames by t_submit, ticks by t):
                    whose gateway (naive) latency is (naive_n)
   wall_rollups     + session_id: frames, silent frames and tokens per session
   tick_rollups     ticks: the bucket's last gauges and counters (by t_last), the highest ρ,
-                   any stall, the worst overrun, the first tick that was not stalled
+                   any stall, the worst overrun, the first tick that was not stalled, the
+                   first tick that could make the t_sat mark
 
 Every row is additive: rows with the same key merge with MERGE (sums, max, min, arg_max by
 t_last), so the writer appends one *delta* row per key for each batch it inserts, in the
@@ -40,6 +41,10 @@ BIN_RATIO = 1.05
 MAX_BIN = 400
 CENSORED_BIN = MAX_BIN + 1  # no answer by the time the frame was finalised: latency +inf
 COMPACT_EVERY_S = 10.0
+# The t_sat mark's "made at the first tick where ρ reached this with a finite t_sat"
+# (store.queries.tsat_prediction's default), kept per bucket as tsat_made_t.
+TSAT_RHO_MADE = 0.5
+FRAME_SLICE = 2048  # rows per pandas call when a batch becomes a DataFrame (~5 ms of GIL)
 
 _COLUMNS = {  # the columns rollups read, typed as the tables declare them
     "frames": {"run_id": "VARCHAR", "session_id": "INTEGER", "t_submit": "DOUBLE",
@@ -105,7 +110,9 @@ SPECS = {
         "stalled": ("bool_or(stalled)", "bool_or(stalled)"),
         "max_overrun_ms": ("max(overrun_ms)", "max(max_overrun_ms)"),
         "first_flowing_t": ("min(t) FILTER (WHERE NOT coalesce(stalled, false))",
-                            "min(first_flowing_t)")}),
+                            "min(first_flowing_t)"),
+        "tsat_made_t": (f"min(t) FILTER (WHERE isfinite(tsat_s) AND occupancy >= "
+                        f"{TSAT_RHO_MADE} AND occupancy < 0.99)", "min(tsat_made_t)")}),
 }
 TABLES = ROLLUP_TABLES
 assert set(SPECS) == set(TABLES), "store/schema.py declares the tables SPECS fills"
@@ -192,12 +199,23 @@ def compact(con, run_id: str, since: float) -> None:
                         f"{group}, {merged(table)} FROM {table} WHERE {where} "
                         f"GROUP BY run_id, level_s, t{group}", [run_id, since, since])
             con.execute(f"DELETE FROM {table} WHERE {where}", [run_id, since, since])
-            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _merged")
+            # in level and time order: zone maps then skip what a reader of one level, or of
+            # the last seconds, does not need
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _merged ORDER BY level_s, t")
         con.execute("DROP TABLE _merged")
         con.execute("COMMIT")
     except BaseException:
         rollback(con)
         raise
+
+
+def frame(rows: list[dict]) -> pd.DataFrame:
+    """The rows as a DataFrame, built FRAME_SLICE rows at a time: one pandas call holds the
+    GIL throughout (~2 µs a row), and the run's tick thread must not wait out 50k rows."""
+    if len(rows) <= FRAME_SLICE:
+        return pd.DataFrame(rows)
+    return pd.concat([pd.DataFrame(rows[i:i + FRAME_SLICE])
+                      for i in range(0, len(rows), FRAME_SLICE)], ignore_index=True)
 
 
 class Maintainer:
@@ -214,7 +232,7 @@ class Maintainer:
         transaction); raises what DuckDB raised, with none of them written."""
         if not rows:
             return
-        batch = pd.DataFrame(rows)
+        batch = frame(rows)
         con.register("_batch", batch)
         try:
             if table not in ROLLED:

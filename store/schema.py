@@ -185,7 +185,8 @@ CREATE TABLE IF NOT EXISTS tick_rollups (
     run_id VARCHAR, level_s INTEGER, t DOUBLE, ticks INTEGER, t_last DOUBLE, live INTEGER,
     limit_sessions INTEGER, used_blocks INTEGER, total_blocks INTEGER, admitted INTEGER,
     rejected INTEGER, evicted INTEGER, tsat_s DOUBLE, rho_slope_per_s DOUBLE, n_star INTEGER,
-    occupancy DOUBLE, stalled BOOLEAN, max_overrun_ms DOUBLE, first_flowing_t DOUBLE);
+    occupancy DOUBLE, stalled BOOLEAN, max_overrun_ms DOUBLE, first_flowing_t DOUBLE,
+    tsat_made_t DOUBLE);
 """
 
 # Columns added after a table first shipped: applied to existing files on open.
