@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from app import charts
-from store import queries, rank_queries, rollup_queries
+from store import queries, rank_queries, rollup_marks, rollup_queries
 
 MAX_BUCKETS = 300  # points per chart: beyond this a browser redraw at 1 Hz gets slow
 
@@ -54,12 +54,13 @@ class LiveData:
 
 @dataclass
 class _Settled:
-    """What can no longer change, kept between refreshes of one viewer: frame and tick
+    """What can no longer change, kept between refreshes of one viewer: frame, tick and rank
     buckets before `until`, and the stalls that have ended."""
     until: float  # buckets starting before this edge are final
     frames: pd.DataFrame
     wall: pd.DataFrame
     ticks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
     stalls: dict = field(default_factory=dict)  # stall event t → its span, once it ended
 
 
@@ -70,29 +71,29 @@ def live_data(cur, row: dict, cache: dict | None = None) -> LiveData:
     the whole run; a run that has ended is settled entirely and reads no bucket rows at all."""
     bucket = bucket_for(float(row["duration_s"]))
     run_id = row["run_id"]
-    summary = rollup_queries.tick_summary(cur, run_id)
-    tick = rollup_queries.latest_tick(cur, run_id, summary)
+    summary = rollup_marks.tick_summary(cur, run_id)
+    tick = rollup_marks.latest_tick(cur, run_id, summary)
     settled = (cache or {}).get((run_id, bucket)) or _Settled(0.0, pd.DataFrame(), pd.DataFrame())
     since = settled.until
     if math.isinf(since):  # an ended run, all settled
-        frames, wall, ticks = settled.frames, settled.wall, settled.ticks
+        frames, wall, ticks, ranks = settled.frames, settled.wall, settled.ticks, settled.ranks
     else:
         frames = _append(settled.frames,
                          rollup_queries.frame_buckets(cur, run_id, bucket, since))
         wall = _append(settled.wall, rollup_queries.session_wall(cur, run_id, bucket, since))
         ticks = _append(settled.ticks, rollup_queries.tick_buckets(cur, run_id, bucket, since))
+        ranks = _append(settled.ranks, rank_queries.rank_buckets(cur, run_id, bucket, since))
     stalls = dict(settled.stalls)
     history = queries.settings_history(cur, run_id)
-    marks = charts.Marks(rollup_queries.stall_spans(cur, run_id, summary, stalls),
+    marks = charts.Marks(rollup_marks.stall_spans(cur, run_id, summary, stalls),
                          history[history.setting != "start"][["t", "change"]],
-                         rollup_queries.tsat_prediction(cur, run_id, tick=tick,
+                         rollup_marks.tsat_prediction(cur, run_id, tick=tick,
                                                         summary=summary))
     if cache is not None:
         until = _settled_edge(row, tick, bucket)
         cache[(run_id, bucket)] = _Settled(until, _before(frames, until), _before(wall, until),
-                                           _before(ticks, until), stalls)
-    return LiveData(row, tick, frames, ticks, wall, bucket, marks, history,
-                    rank_queries.rank_buckets(cur, run_id, bucket))
+                                           _before(ticks, until), _before(ranks, until), stalls)
+    return LiveData(row, tick, frames, ticks, wall, bucket, marks, history, ranks)
 
 
 def _before(df: pd.DataFrame, until: float) -> pd.DataFrame:

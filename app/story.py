@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 
-from store import rollup_queries
+from store import rollup_marks
 
 
 def silent_after_stall(cur, summary: dict) -> float | None:
     """Share of frames submitted at or after the stall that went silent (None: no stall)."""
     if not summary.get("stalled") or summary.get("stall_at_s") is None:
         return None
-    return rollup_queries.silent_share(cur, summary["run_id"], float(summary["stall_at_s"]))
+    return rollup_marks.silent_share(cur, summary["run_id"], float(summary["stall_at_s"]))
 
 
 def sentence(summary: dict, silent_after: float | None = None) -> str:

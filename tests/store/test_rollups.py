@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from store import Store, archive, queries, rollup_build, rollup_queries, rollups
+from store import Store, archive, queries, rollup_build, rollup_marks, rollup_queries, rollups
 from store.rollups import BIN_BASE_MS, BIN_RATIO
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -98,7 +98,7 @@ def test_walls_counts_and_windows_equal_the_frames(store):
     rng = np.random.default_rng(3)
     for lo, hi in [(0.0, None), (12.3, None), (3.5, 3.9), (7.0, 21.0)] + [
             tuple(sorted(rng.uniform(0, 41, 2))) for _ in range(10)]:
-        assert rollup_queries.silent_share(cur, "w", lo, hi) == pytest.approx(
+        assert rollup_marks.silent_share(cur, "w", lo, hi) == pytest.approx(
             queries.silent_share_after(cur, "w", lo, hi)), (lo, hi)
 
 
