@@ -20,7 +20,7 @@ from store import queries, rank_queries, rollup_marks, rollup_queries
 MAX_BUCKETS = 300  # points per chart: beyond this a browser redraw at 1 Hz gets slow
 
 
-# Chart buckets a rollup level divides (store/rollups.LEVELS: 1, 10, 60, 600, 3600 s), so a
+# Chart buckets a rollup level divides (store/rollups.LEVELS: 1, 10, 60, 300, 600, 3600 s), so a
 # chart reads at most 5 rollup rows per point; past an hour, whole hours.
 NICE_BUCKETS_S = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 

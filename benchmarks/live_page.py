@@ -7,7 +7,9 @@
    frames, ticks and events straight into the store with DuckDB SQL (benchmarks/synth_run.py,
    seconds instead of the twin's ~12k frames/s), with no rollups, and rolls them up through
    the path a run recorded before rollups takes on first open (`ensure_rollups`, timed);
-   `twin` records a twin run (its rollups written as it goes).
+   `writer` hands the same synthetic rows to the store's writer one run-second per batch, as
+   a live run does (its rollups written and compacted as it goes: the layout a recorded run
+   leaves); `twin` records a twin run.
 2. Times `app.live_data.live_data` (every query one Live refresh makes): a viewer's first
    refresh (no per-viewer cache) and its later refreshes while the run is live (settled
    buckets cached), p50/p95/max over --repeats; and, side by side on the same file, the same
@@ -77,6 +79,8 @@ def _make_run(store, frames: int, source: str) -> tuple[dict, dict]:
         made["first_open_rollup_s"] = round(time.perf_counter() - t, 1)
         made["first_open_progress_updates"] = len(steps)
         run_id = row["run_id"]
+    elif source == "writer":
+        run_id, made["feed_s"] = _feed_through_writer(store, frames)
     else:
         summary = execute(RunConfig(engine="twin", sessions=64, pool_blocks=4096,
                                     policy="window", window=128,
@@ -94,6 +98,37 @@ def _make_run(store, frames: int, source: str) -> tuple[dict, dict]:
                                             [run_id]).fetchone()[0]
     made["db_mb"] = round(os.path.getsize(store.path) / 2**20)
     return queries.run_row(cur, run_id), made
+
+
+def _feed_through_writer(store, frames: int) -> tuple[str, float]:
+    """The synthetic run written the way a live one is: its frames and ticks handed to the
+    writer one run-second at a time, each second one batch (frames + rollups in one
+    transaction), compaction every 10 s of run; the rollup layout a recorded run leaves."""
+    import duckdb
+
+    from benchmarks.synth_run import synthesise
+    from store import rollups
+    from store.schema import MIGRATIONS, SCHEMA
+
+    scratch = duckdb.connect()
+    scratch.execute(SCHEMA)
+    scratch.execute(MIGRATIONS)
+    row = synthesise(scratch, "fed", frames)
+    store.writer.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES "
+                         f"({', '.join('?' for _ in row)})", list(row.values()))
+    t0 = time.perf_counter()
+    seconds = int(math.ceil(row["duration_s"]))
+    maintainer = store.writer._rollups
+    for s in range(seconds):
+        for table, t in (("frames", "t_submit"), ("ticks", "t")):
+            rows = scratch.execute(f"SELECT * FROM {table} WHERE {t} >= ? AND {t} < ?",
+                                   [float(s), s + 1.0]).df().to_dict("records")
+            store.writer.add_many(table, rows)
+        store.writer.flush(timeout=600)  # this second's rows: one batch per table
+        if s % 10 == 9:  # a compaction every 10 s of run, as a live run gets
+            store.writer.call(lambda con: maintainer.maybe_compact(con, force=True))
+    store.writer.flush(timeout=600)
+    return "fed", round(time.perf_counter() - t0, 1)
 
 
 def queries_over_big_run(db: str, frames: int, repeats: int, baseline_repeats: int,
@@ -165,7 +200,8 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=10_000_000)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--baseline-repeats", type=int, default=3)
-    parser.add_argument("--source", choices=("synthetic", "twin"), default="synthetic")
+    parser.add_argument("--source", choices=("synthetic", "writer", "twin"),
+                        default="synthetic")
     parser.add_argument("--refresh-s", type=float, default=0.0)
     parser.add_argument("--memory-limit", default="4GB", help="DuckDB's, for a shared machine")
     parser.add_argument("--dir", default=None, help="where the database goes (default: a "

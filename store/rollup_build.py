@@ -3,8 +3,9 @@ on first open, in the writer thread, a chunk of frames per call so the progress 
 the writer keeps serving other runs between chunks.
 
 `rolled_up` is the check (the rollups count exactly the run's frame and tick rows), `ensure`
-the whole job; `build_on` does it on a private connection (an archived run's, read from
-Parquet, which no writer owns).
+the whole job: level-1 rollups chunk by chunk (whole seconds, so no bucket spans two chunks),
+then every coarser level from them in level and time order; `build_on` does it on a private
+connection (an archived run's, read from Parquet, which no writer owns).
 """
 
 from __future__ import annotations
@@ -63,13 +64,25 @@ def _delete(con, run_id: str) -> None:
 
 
 def _chunk(con, run_id: str, lo: float, hi: float) -> None:
-    """Rollup deltas of the run's rows with time in [lo, hi), one transaction."""
+    """Level-1 rollups of the run's rows with time in [lo, hi) (whole seconds: no bucket
+    spans two chunks), one transaction."""
+    _transaction(con, [(rollups.delta_sql(table, rollups.source(
+        src, f"{src} WHERE run_id = $r AND {rollups.TIME[src]} >= $lo AND "
+        f"{rollups.TIME[src]} < $hi"), levels=(1,)), {"r": run_id, "lo": lo, "hi": hi})
+        for table, (src, _, _) in SPECS.items()])
+
+
+def _coarse(con, run_id: str) -> None:
+    """Every level above 1, from the level-1 rows, one transaction (after all chunks: the
+    check `rolled_up` reads the top level, so a build cut short before here is redone)."""
+    _transaction(con, [(rollups.coarse_sql(table), {"r": run_id}) for table in SPECS])
+
+
+def _transaction(con, statements: list) -> None:
     con.execute("BEGIN TRANSACTION")
     try:
-        for table, (src, _, _) in SPECS.items():
-            t = rollups.TIME[src]
-            source = rollups.source(src, f"{src} WHERE run_id = $r AND {t} >= $lo AND {t} < $hi")
-            con.execute(rollups.delta_sql(table, source), {"r": run_id, "lo": lo, "hi": hi})
+        for sql, params in statements:
+            con.execute(sql, params)
         con.execute("COMMIT")
     except BaseException:
         rollups.rollback(con)
@@ -85,7 +98,7 @@ def build_on(con, run_id: str, progress=None) -> None:
         _chunk(con, run_id, a, b)
         if progress is not None:
             progress((i + 1) / (len(pieces) + 1))
-    rollups.compact(con, run_id, lo)
+    _coarse(con, run_id)
     if progress is not None:
         progress(1.0)
 
@@ -110,7 +123,7 @@ def ensure(store, run_id: str, progress=None) -> bool:
             store.writer.call(lambda con, a=a, b=b: _chunk(con, run_id, a, b), timeout=600)
             if progress is not None:
                 progress((i + 1) / (len(pieces) + 1))
-        store.writer.call(lambda con: rollups.compact(con, run_id, lo), timeout=600)
+        store.writer.call(lambda con: _coarse(con, run_id), timeout=600)
         if progress is not None:
             progress(1.0)
         if rolled_up(store.cursor(), run_id):
@@ -122,9 +135,8 @@ def differences(cur, run_id: str) -> dict[str, int]:
     """Per rollup table, how many merged rows of the run differ from rollups recomputed from
     its frames and ticks now (0 everywhere: consistent). For tests and `metronome` checks."""
     out = {}
-    for table, (src, keys, cols) in SPECS.items():
+    for table, (src, keys, _) in SPECS.items():
         cur.execute(f"CREATE OR REPLACE TEMP TABLE _expected AS FROM {table} LIMIT 0")
-        t = rollups.TIME[src]
         cur.execute(rollups.delta_sql(table, rollups.source(src, f"{src} WHERE run_id = $r"),
                                       into="_expected"), {"r": run_id})
         group = ", ".join(("run_id", "level_s", "t", *keys))
@@ -133,6 +145,5 @@ def differences(cur, run_id: str) -> dict[str, int]:
             f"SELECT count(*) FROM (({merged.format(table)} EXCEPT ALL "
             f"{merged.format('_expected')}) UNION ALL ({merged.format('_expected')} EXCEPT ALL "
             f"{merged.format(table)}))", {"r": run_id}).fetchone()[0]
-        del t
     cur.execute("DROP TABLE IF EXISTS _expected")
     return out

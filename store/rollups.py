@@ -32,7 +32,7 @@ from store.schema import ROLLUP_TABLES
 
 logger = logging.getLogger(__name__)
 
-LEVELS = (1, 10, 60, 600, 3600)  # seconds; a chart bucket reads the largest level dividing it
+LEVELS = (1, 10, 60, 300, 600, 3600)  # seconds; a chart bucket reads the largest level dividing it
 # Latency bins: bin b holds (BASE·R^(b-1), BASE·R^b] ms, bin 0 everything ≤ BASE; a value above
 # BASE·R^MAX_BIN (8.3 hours) is counted in MAX_BIN. A percentile read from the histogram is
 # the upper edge of its bin: never below the frame it stands for, at most 5 % above it.
@@ -149,15 +149,27 @@ def _first_level(table: str, source: str) -> str:
             f"GROUP BY ALL")
 
 
-def delta_sql(table: str, source: str, into: str | None = None) -> str:
-    """INSERT the rollup rows (every level) of the typed source rows into `table` (or into
+def delta_sql(table: str, source: str, into: str | None = None,
+              levels: tuple = LEVELS) -> str:
+    """INSERT the rollup rows (of `levels`) of the typed source rows into `table` (or into
     `into`, a table of the same columns)."""
     keys = "".join(f", {k}" for k in SPECS[table][1])
-    levels = ", ".join(f"({lv})" for lv in LEVELS)
+    values = ", ".join(f"({lv})" for lv in levels)
     return (f"INSERT INTO {into or table} BY NAME WITH b AS ({source}), d AS "
             f"({_first_level(table, source)}) "
             f"SELECT run_id, l.level_s, floor(t / l.level_s) * l.level_s AS t{keys}, "
-            f"{merged(table)} FROM d, (VALUES {levels}) l(level_s) GROUP BY ALL")
+            f"{merged(table)} FROM d, (VALUES {values}) l(level_s) GROUP BY ALL")
+
+
+def coarse_sql(table: str) -> str:
+    """INSERT every level above 1 of run $r, merged from its level-1 rows, in level and time
+    order (so a reader of one level skips the others' row groups)."""
+    keys = "".join(f", {k}" for k in SPECS[table][1])
+    values = ", ".join(f"({lv})" for lv in LEVELS[1:])
+    return (f"INSERT INTO {table} BY NAME SELECT run_id, l.level_s, "
+            f"floor(t / l.level_s) * l.level_s AS t{keys}, {merged(table)} FROM {table} r, "
+            f"(VALUES {values}) l(level_s) WHERE r.run_id = $r AND r.level_s = 1 "
+            f"GROUP BY ALL ORDER BY l.level_s, t")
 
 
 def insert_rolled(con, table: str, columns) -> dict[str, float]:
