@@ -100,7 +100,8 @@ def throughput(db: str, rows: int, per_row: bool, rollups: bool = True) -> dict:
     rollup_module.ROLLED = saved
     written = rows + len(ticks)
     return {"add": "per row" if per_row else "64 frames + 1 tick per add_many",
-            "rollups": rollups, "rows": written, "frames": rows, "ticks": len(ticks), "seconds": round(elapsed, 2),
+            "rollups": rollups, "rows": written, "frames": rows, "ticks": len(ticks),
+            "seconds": round(elapsed, 2),
             "handed_over_s": round(handed, 2), "rows_per_s": round(written / elapsed),
             "rollup_rows_after_compaction": rollup_rows, "rows_lost": health["rows_lost"],
             "db_mb": round(os.path.getsize(db) / 2**20, 1)}

@@ -29,7 +29,8 @@ def counts(cur, run_id: str) -> dict:
     top = rollups.LEVELS[-1]
     row = cur.execute(
         "SELECT (SELECT count(t_submit) FROM frames WHERE run_id = $r), "
-        f"(SELECT coalesce(sum(frames), 0) FROM frame_rollups WHERE run_id = $r AND level_s = {top}), "
+        "(SELECT coalesce(sum(frames), 0) FROM frame_rollups WHERE run_id = $r "
+        f"AND level_s = {top}), "
         "(SELECT count(t) FROM ticks WHERE run_id = $r), "
         f"(SELECT coalesce(sum(ticks), 0) FROM tick_rollups WHERE run_id = $r AND level_s = {top})",
         {"r": run_id}).fetchone()
@@ -140,7 +141,8 @@ def differences(cur, run_id: str) -> dict[str, int]:
         cur.execute(rollups.delta_sql(table, rollups.source(src, f"{src} WHERE run_id = $r"),
                                       into="_expected"), {"r": run_id})
         group = ", ".join(("run_id", "level_s", "t", *keys))
-        merged = f"SELECT {group}, {rollups.merged(table)} FROM {{}} WHERE run_id = $r GROUP BY {group}"
+        merged = (f"SELECT {group}, {rollups.merged(table)} FROM {{}} WHERE run_id = $r "
+                  f"GROUP BY {group}")
         out[table] = cur.execute(
             f"SELECT count(*) FROM (({merged.format(table)} EXCEPT ALL "
             f"{merged.format('_expected')}) UNION ALL ({merged.format('_expected')} EXCEPT ALL "

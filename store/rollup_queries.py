@@ -114,11 +114,11 @@ def _grouped(raw: dict, key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
 
 def session_wall(cur, run_id: str, bucket_s: float = 1.0, since: float = 0.0) -> pd.DataFrame:
     """store.queries.session_wall from the rollups: sessions × buckets, tokens and the share
-    of silent frames (rows merged in numpy)."""
+    of silent frames (rows merged in numpy; a frame without a session id has no row)."""
     where, params = _where(bucket_s, since)
     raw = {k: np.asarray(v) for k, v in cur.execute(
-        f"SELECT session_id, t, frames, silent, tokens FROM wall_rollups WHERE {where}",
-        [run_id, *params]).fetchnumpy().items()}
+        f"SELECT session_id, t, frames, silent, tokens FROM wall_rollups WHERE {where} "
+        "AND session_id IS NOT NULL", [run_id, *params]).fetchnumpy().items()}
     bucket = np.floor(raw["t"].astype(float) / bucket_s).astype(np.int64)
     span = int(bucket.max()) + 1 if len(bucket) else 1
     order, keys, starts = _grouped(raw, raw["session_id"].astype(np.int64) * span + bucket)

@@ -12,7 +12,7 @@ seconds (one of LEVELS) of run time (frames by t_submit, ticks by t):
                    any stall, the worst overrun, the first tick that was not stalled, the
                    first tick that could make the t_sat mark
 
-Every row is additive: rows with the same key merge with MERGE (sums, max, min, arg_max by
+Every row is additive: rows with the same key merge (SPECS: sums, max, min, arg_max by
 t_last), so the writer appends one *delta* row per key for each batch it inserts, in the
 same transaction as the batch (a SIGKILL leaves rollups exactly matching the rows on disk),
 and `compact` later merges each key's rows into one (also one transaction: nothing is lost
@@ -32,10 +32,10 @@ from store.schema import ROLLUP_TABLES
 
 logger = logging.getLogger(__name__)
 
-LEVELS = (1, 10, 60, 300, 600, 3600)  # seconds; a chart bucket reads the largest level dividing it
+LEVELS = (1, 10, 60, 300, 600, 3600)  # s; a chart bucket reads the largest level dividing it
 # Latency bins: bin b holds (BASE·R^(b-1), BASE·R^b] ms, bin 0 everything ≤ BASE; a value above
-# BASE·R^MAX_BIN (8.3 hours) is counted in MAX_BIN. A percentile read from the histogram is
-# the upper edge of its bin: never below the frame it stands for, at most 5 % above it.
+# BASE·R^MAX_BIN (8.3 hours) is counted in MAX_BIN. A percentile read from the histograms
+# (store/rollup_queries.py) is never below the exact one and less than 5 % above it.
 BIN_BASE_MS = 0.1
 BIN_RATIO = 1.05
 MAX_BIN = 400
@@ -71,11 +71,6 @@ def bin_sql(x: str) -> str:
 def bin_edge(b: int) -> float:
     """The upper edge of bin b in ms (+inf for the censored bin)."""
     return math.inf if b >= CENSORED_BIN else BIN_BASE_MS * BIN_RATIO ** b
-
-
-def edge_sql(b: str) -> str:
-    return (f"CASE WHEN {b} IS NULL THEN NULL WHEN {b} >= {CENSORED_BIN} THEN 'infinity'::DOUBLE "
-            f"ELSE {BIN_BASE_MS} * pow({BIN_RATIO}, {b}) END")
 
 
 _CENSORED = "coalesce(censored, NOT complete, false)"
