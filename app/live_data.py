@@ -55,19 +55,18 @@ class LiveData:
 @dataclass
 class _Settled:
     """What can no longer change, kept between refreshes of one viewer: frame, tick and rank
-    buckets before `until`, and the stalls that have ended."""
+    buckets before `until`."""
     until: float  # buckets starting before this edge are final
     frames: pd.DataFrame
     wall: pd.DataFrame
     ticks: pd.DataFrame = field(default_factory=pd.DataFrame)
     ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
-    stalls: dict = field(default_factory=dict)  # stall event t → its span, once it ended
 
 
 def live_data(cur, row: dict, cache: dict | None = None) -> LiveData:
     """Everything one Live refresh shows, from the rollups. With `cache` (one per viewer, e.g.
-    session state), buckets that have settled and stalls that have ended are kept and only
-    newer rollup rows are read again, so a refresh of a long run costs the last seconds, not
+    session state), buckets that have settled are kept and only newer rollup rows are read
+    again, so a refresh of a long run costs the last seconds, not
     the whole run; a run that has ended is settled entirely and reads no bucket rows at all."""
     bucket = bucket_for(float(row["duration_s"]))
     run_id = row["run_id"]
@@ -83,16 +82,15 @@ def live_data(cur, row: dict, cache: dict | None = None) -> LiveData:
         wall = _append(settled.wall, rollup_queries.session_wall(cur, run_id, bucket, since))
         ticks = _append(settled.ticks, rollup_queries.tick_buckets(cur, run_id, bucket, since))
         ranks = _append(settled.ranks, rank_queries.rank_buckets(cur, run_id, bucket, since))
-    stalls = dict(settled.stalls)
     history = queries.settings_history(cur, run_id)
-    marks = charts.Marks(rollup_marks.stall_spans(cur, run_id, summary, stalls),
+    marks = charts.Marks(rollup_marks.stall_spans(cur, run_id, summary),
                          history[history.setting != "start"][["t", "change"]],
                          rollup_marks.tsat_prediction(cur, run_id, tick=tick,
                                                         summary=summary))
     if cache is not None:
         until = _settled_edge(row, tick, bucket)
         cache[(run_id, bucket)] = _Settled(until, _before(frames, until), _before(wall, until),
-                                           _before(ticks, until), _before(ranks, until), stalls)
+                                           _before(ticks, until), _before(ranks, until))
     return LiveData(row, tick, frames, ticks, wall, bucket, marks, history, ranks)
 
 

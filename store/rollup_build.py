@@ -14,8 +14,9 @@ import logging
 import math
 import threading
 
-from store import rollups
+from store import rollups, stall_ends
 from store.rollups import SPECS
+from store.schema import ROLLUP_TABLES
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def _chunks(lo: float, hi: float, n: int) -> list[tuple[float, float]]:
 
 
 def _delete(con, run_id: str) -> None:
-    for table in rollups.TABLES:
+    for table in ROLLUP_TABLES:
         con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
 
 
@@ -74,9 +75,11 @@ def _chunk(con, run_id: str, lo: float, hi: float) -> None:
 
 
 def _coarse(con, run_id: str) -> None:
-    """Every level above 1, from the level-1 rows, one transaction (after all chunks: the
-    check `rolled_up` reads the top level, so a build cut short before here is redone)."""
-    _transaction(con, [(rollups.coarse_sql(table), {"r": run_id}) for table in SPECS])
+    """Every level above 1, from the level-1 rows, and the stall ends, one transaction (after
+    all chunks: the check `rolled_up` reads the top level, so a build cut short before here
+    is redone)."""
+    _transaction(con, [(rollups.coarse_sql(table), {"r": run_id}) for table in SPECS]
+                 + [(stall_ends.rows_sql(), {"r": run_id})])
 
 
 def _transaction(con, statements: list) -> None:
@@ -147,5 +150,13 @@ def differences(cur, run_id: str) -> dict[str, int]:
             f"SELECT count(*) FROM (({merged.format(table)} EXCEPT ALL "
             f"{merged.format('_expected')}) UNION ALL ({merged.format('_expected')} EXCEPT ALL "
             f"{merged.format(table)}))", {"r": run_id}).fetchone()[0]
+    cur.execute("CREATE OR REPLACE TEMP TABLE _expected AS FROM stall_ends LIMIT 0")
+    cur.execute(stall_ends.rows_sql().replace("INTO stall_ends", "INTO _expected"),
+                {"r": run_id})
+    mine = "SELECT t_event, t_end FROM {} WHERE run_id = $r"
+    out["stall_ends"] = cur.execute(
+        f"SELECT count(*) FROM (({mine.format('stall_ends')} EXCEPT ALL "
+        f"{mine.format('_expected')}) UNION ALL ({mine.format('_expected')} EXCEPT ALL "
+        f"{mine.format('stall_ends')}))", {"r": run_id}).fetchone()[0]
     cur.execute("DROP TABLE IF EXISTS _expected")
     return out

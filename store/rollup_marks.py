@@ -37,42 +37,23 @@ def latest_tick(cur, run_id: str, summary: dict | None = None) -> dict | None:
 SPAN_COLUMNS = ["t_start", "t_end", "label"]
 
 
-def stall_spans(cur, run_id: str, summary: dict | None = None, ended: dict | None = None
-                ) -> pd.DataFrame:
-    """store.queries.stall_spans without reading every tick: each stall's end is the first
-    tick after its event that was not stalled, from the ticks of the event's own second and
-    the level-1 rollups after it (the last tick when it never flows again). `ended`: a cache
-    of the spans that have ended (event t → span), read and filled: never looked up again."""
-    known = {} if ended is None else ended
-    starts = cur.execute("SELECT t, detail FROM events WHERE run_id = ? AND kind = 'stall' "
-                         "ORDER BY t", [run_id]).fetchall()
-    todo = sorted({float(t) for t, _ in starts if float(t) not in known})
-    ends = dict(cur.execute(
-        """
-        WITH e AS (SELECT unnest(?::DOUBLE[]) AS te),
-        inside AS (SELECT e.te, min(k.t) AS t FROM e JOIN ticks k
-                   ON k.t > e.te AND k.t < floor(e.te) + 1
-                   WHERE k.run_id = ? AND NOT coalesce(k.stalled, false) GROUP BY e.te),
-        r AS (SELECT t, first_flowing_t FROM tick_rollups WHERE run_id = ? AND level_s = 1
-              AND first_flowing_t IS NOT NULL),
-        after AS (SELECT e.te, r.first_flowing_t AS t FROM e ASOF LEFT JOIN r
-                  ON r.t >= floor(e.te) + 1)
-        SELECT e.te, coalesce(inside.t, after.t) FROM e LEFT JOIN inside USING (te)
-        LEFT JOIN after USING (te)
-        """, [todo, run_id, run_id]).fetchall()) if todo else {}
+def stall_spans(cur, run_id: str, summary: dict | None = None) -> pd.DataFrame:
+    """store.queries.stall_spans from stall_ends (one row per stall, written as the ticks that
+    end them arrive: store/stall_ends.py): each stall from its start to the first tick after
+    its event that was not stalled, or to the last tick while it lasts."""
+    rows = cur.execute(
+        "SELECT e.t, e.detail, s.t_end FROM events e LEFT JOIN stall_ends s "
+        "ON s.run_id = e.run_id AND s.t_event = e.t WHERE e.run_id = ? AND e.kind = 'stall' "
+        "ORDER BY e.t", [run_id]).fetchall()
+    if not rows:
+        return pd.DataFrame(columns=SPAN_COLUMNS)
     last = (summary or tick_summary(cur, run_id))["t_last"]
     spans = []
-    for t_event, detail in starts:
-        if float(t_event) in known:
-            spans.append(known[float(t_event)])
-            continue
+    for t_event, detail, end in rows:
         d = json.loads(detail)
-        end = ends.get(float(t_event))
         spans.append({"t_start": float(d.get("since", t_event)),
                       "t_end": float(end if end is not None else last),
                       "label": d.get("label") or STALL_LABEL.format(ticks=d.get("ticks", 2))})
-        if end is not None:
-            known[float(t_event)] = spans[-1]
     return pd.DataFrame(spans, columns=SPAN_COLUMNS)
 
 

@@ -29,6 +29,7 @@ import time
 import pandas as pd
 
 from store.schema import ROLLUP_TABLES
+from store.stall_ends import OpenStalls
 
 logger = logging.getLogger(__name__)
 
@@ -109,8 +110,8 @@ SPECS = {
         "tsat_made_t": (f"min(t) FILTER (WHERE isfinite(tsat_s) AND occupancy >= "
                         f"{TSAT_RHO_MADE} AND occupancy < 0.99)", "min(tsat_made_t)")}),
 }
-TABLES = ROLLUP_TABLES
-assert set(SPECS) == set(TABLES), "store/schema.py declares the tables SPECS fills"
+TABLES = tuple(SPECS)
+assert set(SPECS) | {"stall_ends"} == set(ROLLUP_TABLES), "store/schema.py declares them"
 ROLLED = {"frames": [t for t, s in SPECS.items() if s[0] == "frames"],
           "ticks": ["tick_rollups"]}
 
@@ -167,22 +168,15 @@ def coarse_sql(table: str) -> str:
             f"GROUP BY ALL ORDER BY l.level_s, t")
 
 
-def insert_rolled(con, table: str, columns) -> dict[str, float]:
-    """In one transaction: INSERT the registered `_batch` into `table` and its rollup deltas.
-    Returns, per run in the batch, the earliest time it touched (for `compact`). Raises what
-    DuckDB raised, with nothing of the batch written."""
+def insert_rollups(con, table: str, columns) -> dict[str, float]:
+    """INSERT the rollup deltas of the registered `_batch` of `table` (inside the caller's
+    transaction). Returns, per run in the batch, the earliest time it touched (for
+    `compact`)."""
     src = source(table, "_batch", set(columns))
-    con.execute("BEGIN TRANSACTION")
-    try:
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch")
-        for rollup in ROLLED[table]:
-            con.execute(delta_sql(rollup, src))
-        touched = con.execute(f"SELECT run_id, min({TIME[table]}) FROM ({src}) "
-                              "GROUP BY run_id").fetchall()
-        con.execute("COMMIT")
-    except BaseException:
-        rollback(con)
-        raise
+    for rollup in ROLLED[table]:
+        con.execute(delta_sql(rollup, src))
+    touched = con.execute(f"SELECT run_id, min({TIME[table]}) FROM ({src}) "
+                          "GROUP BY run_id").fetchall()
     return {run_id: t for run_id, t in touched if run_id is not None and t is not None}
 
 
@@ -226,29 +220,39 @@ def frame(rows: list[dict]) -> pd.DataFrame:
 
 
 class Maintainer:
-    """The writer thread's side: rollups with every frames/ticks batch, compaction now and
-    then. Compaction failing costs nothing but size (logged; the run is retried later)."""
+    """The writer thread's side: every batch in one transaction with what it changes in the
+    rollups (frames, ticks) and in stall_ends (ticks, events); compaction now and then.
+    Compaction failing costs nothing but size (logged; the run is retried later)."""
 
     def __init__(self, every_s: float | None = None) -> None:
         self.every_s = COMPACT_EVERY_S if every_s is None else every_s
         self._dirty: dict[str, float] = {}  # run → earliest time touched since compaction
         self._next = time.monotonic() + self.every_s
+        self._stalls = OpenStalls()
 
     def insert(self, con, table: str, rows: list[dict]) -> None:
-        """Insert the rows into `table`, with their rollups when it has them (one
-        transaction); raises what DuckDB raised, with none of them written."""
+        """Insert the rows into `table` with their rollups and stall ends, one transaction;
+        raises what DuckDB raised, with none of them written."""
         if not rows:
             return
         batch = frame(rows)
         con.register("_batch", batch)
         try:
-            if table not in ROLLED:
+            con.execute("BEGIN TRANSACTION")
+            try:
                 con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch")
-                return
-            for run_id, t in insert_rolled(con, table, batch.columns).items():
-                self._dirty[run_id] = min(t, self._dirty.get(run_id, t))
+                touched = insert_rollups(con, table, batch.columns) if table in ROLLED else {}
+                stalls = (self._stalls.on_ticks(con, rows) if table == "ticks" else
+                          self._stalls.on_events(con, rows) if table == "events" else [])
+                con.execute("COMMIT")
+            except BaseException:
+                rollback(con)
+                raise
         finally:
             con.unregister("_batch")
+        self._stalls.commit(stalls)
+        for run_id, t in touched.items():
+            self._dirty[run_id] = min(t, self._dirty.get(run_id, t))
 
     @staticmethod
     def probe(con, table: str, row: dict) -> None:

@@ -187,6 +187,9 @@ CREATE TABLE IF NOT EXISTS tick_rollups (
     rejected INTEGER, evicted INTEGER, tsat_s DOUBLE, rho_slope_per_s DOUBLE, n_star INTEGER,
     occupancy DOUBLE, stalled BOOLEAN, max_overrun_ms DOUBLE, first_flowing_t DOUBLE,
     tsat_made_t DOUBLE);
+-- Where each stall ended: its event's t and the first tick after it that flowed again
+-- (store/stall_ends.py); no row while it lasts.
+CREATE TABLE IF NOT EXISTS stall_ends (run_id VARCHAR, t_event DOUBLE, t_end DOUBLE);
 """
 
 # Columns added after a table first shipped: applied to existing files on open.
@@ -261,7 +264,8 @@ ALTER TABLE schedules ADD COLUMN IF NOT EXISTS invalid VARCHAR;
 TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models", "settings_history",
           "rank_ticks", "calibrations")
 # every row keyed by one run_id (retention moves these)
-ROLLUP_TABLES = ("frame_rollups", "latency_rollups", "wall_rollups", "tick_rollups")
+ROLLUP_TABLES = ("frame_rollups", "latency_rollups", "wall_rollups", "tick_rollups",
+                 "stall_ends")
 RUN_TABLES = ("runs", "frames", "ticks", "events", "steps", "settings_history", "rank_ticks",
               *ROLLUP_TABLES)
 FIRE_STATUSES = ("running", "finished", "failed", "skipped", "missed", "interrupted")

@@ -66,7 +66,7 @@ def test_live_data_from_rollups_equals_the_raw_frames(store, policy):
 
 def test_the_live_page_rolls_up_a_run_from_before_rollups_once_with_progress(db, monkeypatch):
     from store import open_store
-    from store.rollups import TABLES
+    from store.schema import ROLLUP_TABLES as TABLES
     from tests.app.conftest import charts_by_title, finished_twin_run, page
 
     run_id = finished_twin_run(db)

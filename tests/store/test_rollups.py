@@ -18,6 +18,7 @@ import pytest
 
 from store import Store, archive, queries, rollup_build, rollup_marks, rollup_queries, rollups
 from store.rollups import BIN_BASE_MS, BIN_RATIO
+from store.schema import ROLLUP_TABLES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -148,9 +149,12 @@ _WRITER = textwrap.dedent("""
              "on_time": True, "naive_on_time": True, "silent": bool(i % 13 == 0),
              "skipped": False, "complete": True, "censored": bool(i % 29 == 0),
              "silent_cause": "compute" if i % 13 == 0 else None} for i in range(n)])
-        store.writer.add_many("ticks", [{"run_id": "kill", "tick": k // 100 + j,
-                                         "t": t + j * 0.08, "occupancy": 0.5,
-                                         "stalled": j % 7 == 0, "live": 16} for j in range(6)])
+        stalled = rng.uniform() < 0.3  # a stall now and then, its event before or after
+        ticks = [{"run_id": "kill", "tick": k // 100 + j, "t": t + j * 0.08, "occupancy": 0.5,
+                  "stalled": stalled and j < 4, "live": 16} for j in range(6)]
+        event = {"run_id": "kill", "t": t, "kind": "stall", "detail": '{"since": %r}' % t}
+        for table, rows in ([("events", [event])] if stalled else []) + [("ticks", ticks)]:
+            store.writer.add_many(table, rows)
         t, k = t + 0.5, k + n
         time.sleep(0.01)
 """)
@@ -173,7 +177,8 @@ def test_rollups_match_the_frames_on_disk_after_a_sigkill_mid_run(tmp_path):
         c = rollup_build.counts(cur, "kill")
         assert c["frames"] > 1000 and c["frames"] == c["rolled_frames"]
         assert c["ticks"] == c["rolled_ticks"] > 0
-        assert rollup_build.differences(cur, "kill") == dict.fromkeys(rollups.TABLES, 0)
+        assert rollup_build.differences(cur, "kill") == dict.fromkeys(ROLLUP_TABLES, 0)
+        assert cur.execute("SELECT count(*) FROM stall_ends").fetchone()[0] > 0
     finally:
         store.close()
 
@@ -234,7 +239,7 @@ def test_archived_runs_read_their_rollups_and_old_archives_are_rolled_up(tmp_pat
         folder = archive.archive_dir(s.path) / "arch"
         for drop_rollups in (False, True):
             if drop_rollups:  # as archived before rollups existed
-                for table in rollups.TABLES:
+                for table in ROLLUP_TABLES:
                     (folder / f"{table}.parquet").unlink()
             con = archive.open_archived(s.path, "arch")
             try:
