@@ -35,7 +35,7 @@ def _cmd_report(args) -> int:
 
     store = open_existing(args.db)
     try:
-        path = report.write(store.cursor(), args.run_ids, args.out)
+        path = report.write(store.cursor(), args.run_ids, args.out, store)
     finally:
         store.close()
     print(path)

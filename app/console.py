@@ -15,6 +15,7 @@ import streamlit as st
 
 from app.engine_host import ACTIVE, RunHost, one_line
 from app.scheduler import SchedulerService
+from app.live_data import ensure_rollups
 from app.views import engine_label
 from store import Store, StoreError, db_path, open_store
 
@@ -42,6 +43,23 @@ def scheduler(path: str) -> SchedulerService:
 def store() -> Store:
     """The process-wide store for $METRONOME_DB; pages call this after main() checked it."""
     return open_store(db_path())
+
+
+def ensure_rolled_up(*run_ids: str) -> None:
+    """Runs recorded before rollups existed are rolled up once, before their first view, with
+    a progress bar (a run already rolled up costs nothing: app.live_data.ensure_rollups)."""
+    for run_id in run_ids:
+        bar = []
+
+        def progress(fraction: float, run_id=run_id, bar=bar) -> None:
+            text = f"run {run_id} was recorded before rollups: rolling it up once"
+            if not bar:
+                bar.append(st.progress(0.0, text=text))
+            bar[0].progress(min(1.0, fraction), text=text)
+
+        ensure_rollups(store(), run_id, progress)
+        if bar:
+            bar[0].empty()
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from app import calibration, charts, experiments, replay, report, story, views
-from store import queries
+from store import queries, rollup_queries
 
 
 def finished_rows(cur, run_ids: list[str]) -> list[dict]:
@@ -38,6 +38,9 @@ def draw_results(cur, kind: str, run_ids: list[str]) -> None:
 
 def side_by_side(cur, rows: list[dict]) -> None:
     """One column per run, every chart on the same axes, so cliff and slope read directly."""
+    from app.console import ensure_rolled_up
+
+    ensure_rolled_up(*(row["run_id"] for row in rows))
     data = {row["run_id"]: views.live_data(cur, row) for row in rows}
     x = (0.0, max(float(row["duration_s"]) for row in rows))
     top = max(charts.latency_top([d.frames], float(row["budget_ms"]))
@@ -79,7 +82,7 @@ def downloads(run_ids: list[str]) -> None:
     from app.console import store
 
     def render(fmt: str):
-        return lambda: report.render(store().cursor(), run_ids, fmt)
+        return lambda: report.render(store().cursor(), run_ids, fmt, store=store())
 
     a, b = st.columns(2)
     name = f"metronome-{'-vs-'.join(run_ids)}"
@@ -91,7 +94,11 @@ def downloads(run_ids: list[str]) -> None:
 
 def n_star(cur, row: dict) -> None:
     summary = json.loads(row["summary"])
-    ticks = queries.tick_buckets(cur, row["run_id"], views.bucket_for(float(row["duration_s"])))
+    from app.console import ensure_rolled_up
+
+    ensure_rolled_up(row["run_id"])
+    ticks = rollup_queries.tick_buckets(cur, row["run_id"],
+                                        views.bucket_for(float(row["duration_s"])))
     converged = experiments.converged_cap(ticks)
     cal = calibration.stored(cur, row["engine"], row["model"])
     rep = experiments.n_star_report(summary, None if cal is None else cal.n_c,

@@ -19,7 +19,7 @@ from dataclasses import replace
 import pandas as pd
 
 from runtime import RunConfig
-from store import queries
+from store import rollup_marks
 
 KINDS = ("cliff vs slope", "collapse", "N* discovery")
 
@@ -75,7 +75,7 @@ def silent_at_cap(cur, summary: dict, interval_s: float = 1.0) -> float | None:
     if summary.get("n_star") is None:
         return None
     start = float(summary["n_star_at_s"]) - interval_s  # its first sample closed an interval
-    return queries.silent_share_after(cur, summary["run_id"], start,
+    return rollup_marks.silent_share(cur, summary["run_id"], start,
                                       start + interval_s + float(summary["n_star_for_s"]))
 
 

@@ -21,7 +21,7 @@ MAX_BYTES = 64 * 2**20  # per viewer: a few viewers of one console stay well und
 def _size(entry) -> int:
     """Bytes of an entry's DataFrames (deep: strings counted)."""
     total = 0
-    for name in ("frames", "wall"):
+    for name in ("frames", "wall", "ticks", "ranks"):
         df = getattr(entry, name, None)
         if df is not None and not df.empty:
             total += int(df.memory_usage(index=True, deep=True).sum())

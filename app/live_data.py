@@ -2,27 +2,37 @@
 (`live_data`; the benchmark times exactly this) and the one-line labels the pages and the
 report share. app/views.py draws it; the report (`metronome report`) renders it to a file.
 
-A refresh costs one scan of `frames` and `ticks` per chart family and never touches the run
-itself.
+A refresh reads the rollups (store/rollup_queries.py): O(buckets) rows per chart however many
+frames the run has, never a scan of `frames` or `ticks`, and never touches the run itself. A
+run recorded before rollups existed is rolled up once first (`ensure_rollups`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from app import charts
-from store import queries, rank_queries
+from store import queries, rank_queries, rollup_marks, rollup_queries
 
 MAX_BUCKETS = 300  # points per chart: beyond this a browser redraw at 1 Hz gets slow
 
 
+# Chart buckets a rollup level divides (store/rollups.LEVELS: 1, 10, 60, 300, 600, 3600 s), so a
+# chart reads at most 5 rollup rows per point; past an hour, whole hours.
+NICE_BUCKETS_S = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+
+
 def bucket_for(span_s: float) -> float:
     """Time bucket for a run of `span_s` seconds: 1 s, coarser for long runs so every chart
-    keeps at most MAX_BUCKETS points per series."""
-    return float(max(1, math.ceil(span_s / MAX_BUCKETS)))
+    keeps at most MAX_BUCKETS points per series; always a size some rollup level divides."""
+    need = span_s / MAX_BUCKETS if math.isfinite(span_s) else 1.0
+    for size in NICE_BUCKETS_S:
+        if size >= need:
+            return float(size)
+    return float(3600 * math.ceil(need / 3600))
 
 
 @dataclass
@@ -44,33 +54,48 @@ class LiveData:
 
 @dataclass
 class _Settled:
-    """Frame buckets that can no longer change, kept between refreshes of one viewer."""
+    """What can no longer change, kept between refreshes of one viewer: frame, tick and rank
+    buckets before `until`."""
     until: float  # buckets starting before this edge are final
     frames: pd.DataFrame
     wall: pd.DataFrame
+    ticks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def live_data(cur, row: dict, cache: dict | None = None) -> LiveData:
-    """Everything one Live refresh shows. With `cache` (one per viewer, e.g. session state),
-    frame buckets that have settled are kept and only newer frames are scanned again, so a
-    refresh of a long run costs the last seconds, not the whole run; a run that has ended is
-    settled entirely and costs no frame scan at all."""
+    """Everything one Live refresh shows, from the rollups. With `cache` (one per viewer, e.g.
+    session state), buckets that have settled are kept and only newer rollup rows are read
+    again, so a refresh of a long run costs the last seconds, not
+    the whole run; a run that has ended is settled entirely and reads no bucket rows at all."""
     bucket = bucket_for(float(row["duration_s"]))
     run_id = row["run_id"]
-    tick = queries.latest_tick(cur, run_id)
+    summary = rollup_marks.tick_summary(cur, run_id)
+    tick = rollup_marks.latest_tick(cur, run_id, summary)
     settled = (cache or {}).get((run_id, bucket)) or _Settled(0.0, pd.DataFrame(), pd.DataFrame())
-    frames = _append(settled.frames, queries.frame_buckets(cur, run_id, bucket, settled.until))
-    wall = _append(settled.wall, queries.session_wall(cur, run_id, bucket, settled.until))
+    since = settled.until
+    if math.isinf(since):  # an ended run, all settled
+        frames, wall, ticks, ranks = settled.frames, settled.wall, settled.ticks, settled.ranks
+    else:
+        frames = _append(settled.frames,
+                         rollup_queries.frame_buckets(cur, run_id, bucket, since))
+        wall = _append(settled.wall, rollup_queries.session_wall(cur, run_id, bucket, since))
+        ticks = _append(settled.ticks, rollup_queries.tick_buckets(cur, run_id, bucket, since))
+        ranks = _append(settled.ranks, rank_queries.rank_buckets(cur, run_id, bucket, since))
+    history = queries.settings_history(cur, run_id)
+    marks = charts.Marks(rollup_marks.stall_spans(cur, run_id, summary),
+                         history[history.setting != "start"][["t", "change"]],
+                         rollup_marks.tsat_prediction(cur, run_id, tick=tick,
+                                                        summary=summary))
     if cache is not None:
         until = _settled_edge(row, tick, bucket)
-        cache[(run_id, bucket)] = _Settled(until, frames[frames.t < until],
-                                           wall[wall.t < until] if not wall.empty else wall)
-    history = queries.settings_history(cur, run_id)
-    marks = charts.Marks(queries.stall_spans(cur, run_id),
-                         history[history.setting != "start"][["t", "change"]],
-                         queries.tsat_prediction(cur, run_id))
-    return LiveData(row, tick, frames, queries.tick_buckets(cur, run_id, bucket), wall, bucket,
-                    marks, history, rank_queries.rank_buckets(cur, run_id, bucket))
+        cache[(run_id, bucket)] = _Settled(until, _before(frames, until), _before(wall, until),
+                                           _before(ticks, until), _before(ranks, until))
+    return LiveData(row, tick, frames, ticks, wall, bucket, marks, history, ranks)
+
+
+def _before(df: pd.DataFrame, until: float) -> pd.DataFrame:
+    return df[df.t < until] if not df.empty else df
 
 
 def _settled_edge(row: dict, tick: dict | None, bucket: float) -> float:
@@ -112,3 +137,11 @@ def target_ms(row: dict) -> float | None:
     if row.get("admission") in ("aimd", "gradient") and row.get("target") is not None:
         return float(row["target"]) * float(row["budget_ms"])
     return None
+
+
+def ensure_rollups(store, run_id: str, progress=None) -> bool:
+    """Roll up a run recorded before rollups existed, once, before its first view (the Live
+    and Runs pages pass a progress bar's update, the CLI a log line); True when it had to."""
+    from store import rollup_build
+
+    return rollup_build.ensure(store, run_id, progress)

@@ -17,7 +17,7 @@ import altair as alt
 import pandas as pd
 
 from app import charts, experiments
-from app.live_data import live_data, target_ms
+from app.live_data import ensure_rollups, live_data, target_ms
 from store import queries
 
 logger = logging.getLogger(__name__)
@@ -82,11 +82,15 @@ def report_chart(cur, rows: list[dict]) -> alt.VConcatChart:
     return alt.hconcat(*columns).resolve_scale(color="shared", strokeDash="shared")
 
 
-def render(cur, run_ids: list[str], fmt: str) -> bytes:
-    """The report as bytes in `fmt` (html or png)."""
+def render(cur, run_ids: list[str], fmt: str, store=None) -> bytes:
+    """The report as bytes in `fmt` (html or png). With `store`, runs recorded before rollups
+    existed are rolled up first (once); without, the caller has seen to it."""
     if fmt not in FORMATS:
         raise ValueError(f"report format {fmt!r} is not one of {', '.join(FORMATS)}")
     rows = _rows(cur, run_ids)
+    for run_id in run_ids if store is not None else ():
+        if ensure_rollups(store, run_id):
+            logger.info("run %s was recorded before rollups: rolled up once", run_id)
     chart = report_chart(cur, rows)
     if fmt == "png":
         import vl_convert
@@ -99,8 +103,9 @@ def render(cur, run_ids: list[str], fmt: str) -> bytes:
     return page.replace("<body>", f"<body>\n{head}", 1).encode()
 
 
-def write(cur, run_ids: list[str], out: str) -> Path:
-    """Write the report to `out`; its suffix (.html or .png) picks the format."""
+def write(cur, run_ids: list[str], out: str, store=None) -> Path:
+    """Write the report to `out`; its suffix (.html or .png) picks the format (`store`: as
+    `render`)."""
     path = Path(out)
     if not path.parent.is_dir():
         raise ValueError(f"folder {path.parent} does not exist")
@@ -110,7 +115,7 @@ def write(cur, run_ids: list[str], out: str) -> Path:
         # before rendering: an unwritable path is bad input, not a minute of charts lost
         raise ValueError(f"{path if path.exists() else path.parent} is not writable")
     fmt = path.suffix.lower().lstrip(".")
-    data = render(cur, run_ids, fmt)
+    data = render(cur, run_ids, fmt, store)
     try:
         path.write_bytes(data)
     except OSError as exc:

@@ -1,7 +1,8 @@
 """What a run did, in one sentence a non-engineer follows, generated from its summary JSON.
 
-The stalled run's sentence says when it went silent, how silent it was after that (from the
-frames table: frames submitted at or after the stall), and what the gateway's dashboard showed
+The stalled run's sentence says when it went silent, how silent it was after that (frames
+submitted at or after the stall: whole seconds from the rollups, the rest from the frames
+table), and what the gateway's dashboard showed
 meanwhile; the bounded run's says where memory levelled and how many frames went silent.
 """
 
@@ -9,14 +10,14 @@ from __future__ import annotations
 
 import json
 
-from store import queries
+from store import rollup_marks
 
 
 def silent_after_stall(cur, summary: dict) -> float | None:
     """Share of frames submitted at or after the stall that went silent (None: no stall)."""
     if not summary.get("stalled") or summary.get("stall_at_s") is None:
         return None
-    return queries.silent_share_after(cur, summary["run_id"], float(summary["stall_at_s"]))
+    return rollup_marks.silent_share(cur, summary["run_id"], float(summary["stall_at_s"]))
 
 
 def sentence(summary: dict, silent_after: float | None = None) -> str:

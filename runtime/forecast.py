@@ -79,6 +79,7 @@ def forecast(config: RunConfig, seeds: int = 200, cost=None,
     from engine import create_engine
     from runtime.loop import Runner
     from store import Store
+    from store.schema import ROLLUP_TABLES
 
     if not 1 <= seeds <= MAX_SEEDS:
         raise ValueError(f"seeds {seeds} must be in [1, {MAX_SEEDS}]")
@@ -92,8 +93,8 @@ def forecast(config: RunConfig, seeds: int = 200, cost=None,
             engine = create_engine("twin", cfg.engine_config(), cost)
             summaries.append(Runner(cfg, engine, store).run())
             # Each run's rows are only needed for its own summary: keep the store small.
-            store.writer.execute("DELETE FROM frames")
-            store.writer.execute("DELETE FROM ticks")
+            for table in ("frames", "ticks", *ROLLUP_TABLES):
+                store.writer.execute(f"DELETE FROM {table}")
             if progress is not None:
                 progress((i + 1) / seeds)
     finally:

@@ -12,13 +12,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
 from store.archive_fs import UnsafePath, checked_id, RUN_ID, durable_rename, remove_tree
-from store.schema import RUN_TABLES
+from store import rollup_build, rollups
+from store.schema import ROLLUP_SCHEMA, ROLLUP_TABLES, RUN_TABLES
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +85,8 @@ def archive_run(store, run_id: str) -> ArchiveResult:
         checked_id(run_id)
         final = root / run_id
         partial = root / f"{run_id}.partial"
+        # Rollups merged first: a compaction between counting and deleting would change them.
+        store.writer.call(lambda con: rollups.compact(con, run_id, -math.inf), timeout=600)
         counts = _db_counts(store.cursor(), run_id)
         if counts["runs"] != 1:
             raise ArchiveMismatch(f"run {run_id} has {counts['runs']} rows in runs, expected 1")
@@ -173,9 +177,10 @@ def archived_runs(db_path: str) -> list[str]:
 
 
 def open_archived(db_path: str, run_id: str):
-    """An in-memory DuckDB connection whose tables runs, frames, ticks, events and steps are
-    views over one archived run's Parquet files, so every query in store.queries (and the
-    console's views) reads it as if it were still in the database. The caller closes it."""
+    """An in-memory DuckDB connection whose tables runs, frames, ticks, events, steps and the
+    rollups are views over one archived run's Parquet files, so every query in store.queries
+    and store.rollup_queries (and the console's views) reads it as if it were still in the
+    database (a run archived before rollups is rolled up in memory). The caller closes it."""
     folder = archive_dir(db_path) / checked_id(run_id)
     if not (folder / "runs.parquet").is_file():
         raise ValueError(f"run {run_id} is not archived in {folder.parent}")
@@ -185,4 +190,10 @@ def open_archived(db_path: str, run_id: str):
             continue  # archived before the table existed (rank_ticks): readers find it absent
         source = _quote(folder / f"{table}.parquet")
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({source})")
+    if not all((folder / f"{t}.parquet").is_file() for t in ROLLUP_TABLES):
+        # Archived before rollups: rolled up here, in this private connection's memory.
+        for table in ROLLUP_TABLES:
+            con.execute(f"DROP VIEW IF EXISTS {table}")
+        con.execute(ROLLUP_SCHEMA)
+        rollup_build.build_on(con, run_id)
     return con

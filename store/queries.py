@@ -7,6 +7,8 @@ import math
 
 import pandas as pd
 
+from store.results import frame_of
+
 # A frame's latency for percentiles: a censored frame (no answer by the time it was finalised)
 # has an unknown latency ≥ budget, so it ranks above every answered frame: +infinity. A
 # percentile whose rank reaches it comes out infinite, i.e. "> budget", never a number.
@@ -244,10 +246,10 @@ def stall_spans(cur, run_id: str) -> pd.DataFrame:
 def settings_history(cur, run_id: str) -> pd.DataFrame:
     """The run's settings as a time series: the start, then one row per applied live change
     (`change` says what moved, e.g. "W 128 → 32")."""
-    return cur.execute(
+    return frame_of(cur.execute(
         "SELECT t, setting, change, policy, window_tokens, sink_tokens, target, admission, "
         "limit_sessions, stall_guard, memory_guard FROM settings_history WHERE run_id = ? "
-        "ORDER BY t, setting = 'start' DESC", [run_id]).df()
+        "ORDER BY t, setting = 'start' DESC", [run_id]))
 
 
 def tsat_prediction(cur, run_id: str, rho_made: float = 0.5) -> dict | None:
@@ -266,7 +268,12 @@ def tsat_prediction(cur, run_id: str, rho_made: float = 0.5) -> dict | None:
         row = cur.execute(
             "SELECT t, occupancy, tsat_s FROM ticks WHERE run_id = ? ORDER BY t DESC LIMIT 1",
             [run_id]).fetchone()
-    if row is None or row[2] is None or not math.isfinite(row[2]):
+    return prediction(row)
+
+
+def prediction(row) -> dict | None:
+    """The t_sat mark from a tick's (t, occupancy, tsat_s); None without a finite t_sat."""
+    if row is None or row[2] is None or pd.isna(row[2]) or not math.isfinite(row[2]):
         return None
     t, rho, tsat = (float(x) for x in row)
     return {"t_made": t, "rho_made": rho, "t_full": t + tsat,

@@ -30,15 +30,15 @@ def rank_stalls(cur, run_id: str) -> pd.DataFrame:
         return pd.DataFrame(columns=["rank", "stall_at_s", "silent_frames", "max_occupancy"])
 
 
-def rank_buckets(cur, run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
-    """Per rank per time bucket: the highest occupancy, whether it stalled, silent frames
-    (what the Live page draws, one line per rank)."""
+def rank_buckets(cur, run_id: str, bucket_s: float = 1.0, since: float = 0.0) -> pd.DataFrame:
+    """Per rank per time bucket (from the bucket edge `since` on): the highest occupancy,
+    whether it stalled, silent frames (what the Live page draws, one line per rank)."""
     try:
         return cur.execute(
             "SELECT floor(t / ?) * ? AS t, rank, max(occupancy) AS occupancy, "
             "bool_or(stalled) AS stalled, sum(silent_frames) AS silent_frames, "
-            "max(live) AS live FROM rank_ticks WHERE run_id = ? GROUP BY 1, 2 ORDER BY 1, 2",
-            [bucket_s, bucket_s, run_id]).df()
+            "max(live) AS live FROM rank_ticks WHERE run_id = ? AND t >= ? GROUP BY 1, 2 "
+            "ORDER BY 1, 2", [bucket_s, bucket_s, run_id, since]).df()
     except duckdb.CatalogException:
         return pd.DataFrame(columns=["t", "rank", "occupancy", "stalled", "silent_frames",
                                      "live"])

@@ -169,6 +169,29 @@ CREATE INDEX IF NOT EXISTS frames_run ON frames (run_id);
 CREATE INDEX IF NOT EXISTS ticks_run ON ticks (run_id);
 """
 
+# Rollups (store/rollups.py): per run, level (bucket seconds) and bucket start t, written with the
+# frames and ticks in the same transaction; rows with one key add up.
+ROLLUP_SCHEMA = """
+CREATE TABLE IF NOT EXISTS frame_rollups (
+    run_id VARCHAR, level_s INTEGER, t DOUBLE, frames INTEGER, silent INTEGER,
+    silent_memory INTEGER, silent_compute INTEGER, silent_guard INTEGER, silent_other INTEGER,
+    censored INTEGER, late INTEGER, misses INTEGER, naive_misses INTEGER, tokens_out BIGINT);
+CREATE TABLE IF NOT EXISTS latency_rollups (
+    run_id VARCHAR, level_s INTEGER, t DOUBLE, bin SMALLINT, n INTEGER, naive_n INTEGER);
+CREATE TABLE IF NOT EXISTS wall_rollups (
+    run_id VARCHAR, level_s INTEGER, t DOUBLE, session_id INTEGER, frames INTEGER,
+    silent INTEGER, tokens BIGINT);
+CREATE TABLE IF NOT EXISTS tick_rollups (
+    run_id VARCHAR, level_s INTEGER, t DOUBLE, ticks INTEGER, t_last DOUBLE, live INTEGER,
+    limit_sessions INTEGER, used_blocks INTEGER, total_blocks INTEGER, admitted INTEGER,
+    rejected INTEGER, evicted INTEGER, tsat_s DOUBLE, rho_slope_per_s DOUBLE, n_star INTEGER,
+    occupancy DOUBLE, stalled BOOLEAN, max_overrun_ms DOUBLE, first_flowing_t DOUBLE,
+    tsat_made_t DOUBLE);
+-- Where each stall ended: its event's t and the first tick after it that flowed again
+-- (store/stall_ends.py); no row while it lasts.
+CREATE TABLE IF NOT EXISTS stall_ends (run_id VARCHAR, t_event DOUBLE, t_end DOUBLE);
+"""
+
 # Columns added after a table first shipped: applied to existing files on open.
 MIGRATIONS = """
 ALTER TABLE ticks ADD COLUMN IF NOT EXISTS p95_ms DOUBLE;
@@ -236,10 +259,13 @@ ALTER TABLE frames ADD COLUMN IF NOT EXISTS origin VARCHAR;
 -- Why a schedule cannot run (its trace deleted, settings no longer valid); NULL: it can.
 -- Set when a scheduler starts; an invalid schedule is skipped, the others still fire.
 ALTER TABLE schedules ADD COLUMN IF NOT EXISTS invalid VARCHAR;
-"""
+""" + ROLLUP_SCHEMA
 
 TABLES = ("runs", "frames", "ticks", "events", "steps", "twin_models", "settings_history",
           "rank_ticks", "calibrations")
 # every row keyed by one run_id (retention moves these)
-RUN_TABLES = ("runs", "frames", "ticks", "events", "steps", "settings_history", "rank_ticks")
+ROLLUP_TABLES = ("frame_rollups", "latency_rollups", "wall_rollups", "tick_rollups",
+                 "stall_ends")
+RUN_TABLES = ("runs", "frames", "ticks", "events", "steps", "settings_history", "rank_ticks",
+              *ROLLUP_TABLES)
 FIRE_STATUSES = ("running", "finished", "failed", "skipped", "missed", "interrupted")

@@ -1,8 +1,9 @@
 """The only writer of the database: a thread that drains a queue and inserts DataFrame batches.
 
 Rows (dicts) are buffered per table and inserted with one `INSERT ... BY NAME SELECT` per table
-per flush (never executemany on the frame path). Statements (run rows, updates) go through the
-same queue, after the rows queued before them, so the order of the queue is the order on disk.
+per flush (never executemany on the frame path; frames and ticks with their rollups, in one
+transaction: store/rollups.py). Statements (run rows, updates) go through the same queue,
+after the rows queued before them, so the order of the queue is the order on disk.
 
 A failed batch is one of two things (store/faults.py). A bad row: the batch is retried row by
 row so it costs only itself, and a streak of failing rows stops the retry (the failure is the
@@ -23,17 +24,16 @@ import queue
 import threading
 import time
 from collections import defaultdict
-
-import pandas as pd
+from contextlib import suppress
 
 from store.faults import first_line, is_storage_failure
+from store.rollups import Maintainer
 from store.schema import TABLES
 
 logger = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.5
-# Items (rows or batches) waiting for the writer. A run makes a few hundred per second; this is
-# minutes of backlog, enough to ride out a slow disk, and bounded so memory cannot run away.
+# Items (rows or batches) waiting: minutes of a run's (a few hundred a second), bounded.
 MAX_QUEUED = 100_000
 BACKPRESSURE_S = 1.0  # how long add() waits for room before counting the row as lost
 # Rows failing one after another in a row-by-row retry: past this the cause is not one row
@@ -63,6 +63,7 @@ class StoreWriter:
         self.storage_failures = 0  # writes refused by the store itself, over its lifetime
         self._count_lock = threading.Lock()
         self._abandon = threading.Event()
+        self._rollups = Maintainer()
         self._thread = threading.Thread(target=self._run, name="metronome-store", daemon=True)
         self._thread.start()
 
@@ -80,11 +81,8 @@ class StoreWriter:
         self._put(("sql", sql, list(params)), "statement", 1)
 
     def _put(self, item: tuple, table: str, n_rows: int) -> None:
-        try:
-            self._queue.put_nowait(item)
-            return
-        except queue.Full:
-            pass
+        with suppress(queue.Full):
+            return self._queue.put_nowait(item)
         with self._count_lock:
             self.backpressure_waits += 1
         try:  # the store fell behind: slow the producer down a little rather than grow
@@ -101,12 +99,7 @@ class StoreWriter:
             raise RuntimeError("the store is closed")
         box: dict = {}
         done = threading.Event()
-        try:
-            self._queue.put(("call", fn, (box, done)), timeout=timeout)
-        except queue.Full:
-            raise TimeoutError(f"store writer queue stayed full for {timeout} s") from None
-        if not done.wait(timeout):
-            raise TimeoutError(f"store writer did not run the call within {timeout} s")
+        self._wait(("call", fn, (box, done)), done, timeout, "run the call")
         if "error" in box:
             raise box["error"]
         return box.get("result")
@@ -115,13 +108,16 @@ class StoreWriter:
         """Block until everything queued so far is on disk (or counted lost). Returns the rows
         lost so far (all tables); raises TimeoutError when the writer does not get there."""
         done = threading.Event()
+        self._wait(("flush", done, None), done, timeout, "flush")
+        return self.lost_total
+
+    def _wait(self, item: tuple, done: threading.Event, timeout: float, what: str) -> None:
         try:
-            self._queue.put(("flush", done, None), timeout=timeout)
+            self._queue.put(item, timeout=timeout)
         except queue.Full:
             raise TimeoutError(f"store writer queue stayed full for {timeout} s") from None
         if not done.wait(timeout):
-            raise TimeoutError(f"store writer did not flush within {timeout} s")
-        return self.lost_total
+            raise TimeoutError(f"store writer did not {what} within {timeout} s")
 
     @property
     def lost_total(self) -> int:
@@ -172,9 +168,7 @@ class StoreWriter:
                 item = None
             if item is not None:
                 kind, a, b = item
-                if kind == "row":
-                    self._buffers[a].append(b)
-                elif kind == "rows":
+                if kind == "rows":
                     self._buffers[a].extend(b)
                 elif kind == "sql":
                     self._write_buffers()
@@ -197,9 +191,11 @@ class StoreWriter:
                     a.set()
                 elif kind == "stop":
                     self._write_buffers()
+                    self._rollups.maybe_compact(self._con, force=True)
                     return
             if time.monotonic() >= next_flush:
                 self._write_buffers()
+                self._rollups.maybe_compact(self._con)
                 next_flush = time.monotonic() + self.flush_interval_s
 
     def _write_buffers(self) -> None:
@@ -212,7 +208,7 @@ class StoreWriter:
                                              "was still busy")
                 continue
             try:
-                self._insert(table, rows)
+                self._rollups.insert(self._con, table, rows)
                 written = len(rows)
                 self._recovered()
             except Exception as exc:  # noqa: BLE001 - one bad row must not sink its batch
@@ -226,20 +222,28 @@ class StoreWriter:
                 self.rows_written += written
 
     def _insert_one_by_one(self, table: str, rows: list[dict]) -> int:
-        written = streak = 0
+        """Each row tried alone (in a transaction rolled back: cheap, no rollups), then the
+        good ones written together with their rollups."""
+        good, streak = [], 0
         for i, row in enumerate(rows):
             try:
-                self._insert(table, [row])
-                written += 1
+                self._rollups.probe(self._con, table, row)
+                good.append(row)
                 streak = 0
             except Exception as exc:  # noqa: BLE001 - counted, with the error
                 streak += 1
                 if self._storage(exc) or streak >= MAX_BAD_STREAK:
-                    # Not one bad row: stop paying ~12 ms a row for the rest of the batch.
+                    # Not one bad row: stop paying for each of the rest of the batch.
                     self._lose(table, len(rows) - i, first_line(exc))
                     break
                 self._lose(table, 1, first_line(exc))
-        return written
+        try:
+            self._rollups.insert(self._con, table, good)
+        except Exception as exc:  # noqa: BLE001 - counted, with the error
+            self._storage(exc)
+            self._lose(table, len(good), first_line(exc))
+            return 0
+        return len(good)
 
     def _storage(self, exc: BaseException) -> bool:
         """Note a storage failure (logged once until the store writes again)."""
@@ -271,21 +275,14 @@ class StoreWriter:
                 kind, a, b = self._queue.get_nowait()
             except queue.Empty:
                 return
-            if kind in ("row", "rows", "sql"):
-                self._lose("statement" if kind == "sql" else a, len(b) if kind == "rows" else 1,
+            if kind in ("rows", "sql"):
+                self._lose(a if kind == "rows" else "statement", len(b) if kind == "rows" else 1,
                            why)
             elif kind == "call":
                 b[0]["error"] = RuntimeError("the store is closed")
                 b[1].set()
             elif kind == "flush":
                 a.set()
-
-    def _insert(self, table: str, rows: list[dict]) -> None:
-        self._con.register("_batch", pd.DataFrame(rows))
-        try:
-            self._con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch")
-        finally:
-            self._con.unregister("_batch")
 
     def _lose(self, table: str, n_rows: int, error: str) -> None:
         with self._count_lock:

@@ -5,7 +5,7 @@ gateway metrics beside the truthful ones."""
 import streamlit as st
 
 from app import demo, views
-from app.console import LIVE, PAGES, run_host, store
+from app.console import LIVE, PAGES, ensure_rolled_up, run_host, store
 from app.engine_host import ACTIVE, one_line
 from app.live_cache import LiveCache
 from store import StoreError, queries
@@ -54,6 +54,7 @@ def live(selected: str) -> None:
     row = queries.run_row(cur, run_id)
     if row is None:
         return  # the run's row comes with its first tick
+    ensure_rolled_up(run_id)
     data = views.live_data(cur, row, st.session_state.setdefault("_live_cache", LiveCache()))
     views.header(row, live=is_current and row["status"] == "running", history=data.history,
                  store_health=store().writer.health() if is_current else None)

@@ -108,9 +108,11 @@ a.download_button("Frames (Parquet)", lambda: export_frames(chosen, "parquet"),
                   f"{chosen}-frames.parquet", key="dl_parquet")
 b.download_button("Frames (CSV)", lambda: export_frames(chosen, "csv"), f"{chosen}-frames.csv",
                   key="dl_csv")
-c.download_button("Report (HTML)", lambda: report.render(store().cursor(), [chosen], "html"),
+c.download_button("Report (HTML)",
+                  lambda: report.render(store().cursor(), [chosen], "html", store=store()),
                   f"{chosen}-report.html", key="dl_html")
-d.download_button("Report (PNG)", lambda: report.render(store().cursor(), [chosen], "png"),
+d.download_button("Report (PNG)",
+                  lambda: report.render(store().cursor(), [chosen], "png", store=store()),
                   f"{chosen}-report.png", key="dl_png")
 st.caption("`metronome report RUN_ID [RUN_ID] --out FILE.html|png` writes the same reports "
            "(two runs side by side) from the command line.")

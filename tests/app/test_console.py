@@ -312,6 +312,8 @@ def test_incremental_live_refresh_adds_up_to_the_full_scan(db):
     incremental = views.live_data(cur, row, cache)
     full = views.live_data(cur, row)
     pd.testing.assert_frame_equal(incremental.frames, full.frames)
+    pd.testing.assert_frame_equal(incremental.ticks, full.ticks)
+    pd.testing.assert_frame_equal(incremental.marks.stalls, full.marks.stalls)
     def cells(wall):  # the chart does not care about row order
         return wall.sort_values(["session_id", "t"]).reset_index(drop=True)
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from store import Store
+from store import Store, rollup_build
 from store.writer import FLUSH_INTERVAL_S
 
 pytestmark = pytest.mark.slow
@@ -43,6 +43,9 @@ def test_kill_mid_run_keeps_flushed_frames_and_marks_the_run_aborted(tmp_path):
             "SELECT count(*) FROM frames WHERE run_id = ? GROUP BY frame_idx "
             "HAVING max(t_submit) < ? ORDER BY 1", [run_id, frames[1] - 0.2]).fetchall()
         assert per_tick and all(n == 8 for (n,) in per_tick)  # no hole before the tail
+        # The rollups hold exactly the frames and ticks that reached the disk.
+        assert set(rollup_build.differences(cur, run_id).values()) == {0}
+        assert rollup_build.rolled_up(cur, run_id)
     finally:
         store.close()
 
