@@ -229,6 +229,7 @@ class Maintainer:
         self._dirty: dict[str, float] = {}  # run → earliest time touched since compaction
         self._next = time.monotonic() + self.every_s
         self._stalls = OpenStalls()
+        self._last_error: str | None = None  # a compaction's, logged once while it repeats
 
     def insert(self, con, table: str, rows: list[dict]) -> None:
         """Insert the rows into `table` with their rollups and stall ends, one transaction;
@@ -274,5 +275,7 @@ class Maintainer:
                 compact(con, run_id, since)
                 del self._dirty[run_id]
             except Exception as exc:  # noqa: BLE001 - rows stay valid uncompacted
-                logger.warning("rollups of run %s not compacted (retried later): %s", run_id,
-                               str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                (logger.debug if why == self._last_error else logger.warning)(
+                    "rollups of run %s not compacted (retried later): %s", run_id, why)
+                self._last_error = why
