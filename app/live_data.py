@@ -74,28 +74,28 @@ def live_data(cur, row: dict, cache: dict | None = None) -> LiveData:
     tick = rollup_marks.latest_tick(cur, run_id, summary)
     settled = (cache or {}).get((run_id, bucket)) or _Settled(0.0, pd.DataFrame(), pd.DataFrame())
     since = settled.until
+    empty = pd.DataFrame()
     if math.isinf(since):  # an ended run, all settled
-        frames, wall, ticks, ranks = settled.frames, settled.wall, settled.ticks, settled.ranks
+        new = {"frames": empty, "wall": empty, "ticks": empty, "ranks": empty}
     else:
-        frames = _append(settled.frames,
-                         rollup_queries.frame_buckets(cur, run_id, bucket, since))
-        wall = _append(settled.wall, rollup_queries.session_wall(cur, run_id, bucket, since))
-        ticks = _append(settled.ticks, rollup_queries.tick_buckets(cur, run_id, bucket, since))
-        ranks = _append(settled.ranks, rank_queries.rank_buckets(cur, run_id, bucket, since))
+        new = {"frames": rollup_queries.frame_buckets(cur, run_id, bucket, since),
+               "wall": rollup_queries.session_wall(cur, run_id, bucket, since),
+               "ticks": rollup_queries.tick_buckets(cur, run_id, bucket, since),
+               # a run whose settled part has ticks and no rank rows has one rank: no query
+               "ranks": empty if since > 0 and settled.ranks.empty and not settled.ticks.empty
+               else rank_queries.rank_buckets(cur, run_id, bucket, since)}
+    frames, wall, ticks, ranks = (_append(getattr(settled, k), new[k]) for k in new)
     history = queries.settings_history(cur, run_id)
     marks = charts.Marks(rollup_marks.stall_spans(cur, run_id, summary),
                          history[history.setting != "start"][["t", "change"]],
                          rollup_marks.tsat_prediction(cur, run_id, tick=tick,
                                                         summary=summary))
-    if cache is not None:
-        until = _settled_edge(row, tick, bucket)
-        cache[(run_id, bucket)] = _Settled(until, _before(frames, until), _before(wall, until),
-                                           _before(ticks, until), _before(ranks, until))
+    if cache is not None and not math.isinf(since):
+        until = _settled_edge(row, tick, bucket)  # never before `since`: ticks only advance
+        cache[(run_id, bucket)] = _Settled(until, *(
+            _append(getattr(settled, k), new[k][new[k].t < until] if not new[k].empty
+                    else new[k]) for k in new))
     return LiveData(row, tick, frames, ticks, wall, bucket, marks, history, ranks)
-
-
-def _before(df: pd.DataFrame, until: float) -> pd.DataFrame:
-    return df[df.t < until] if not df.empty else df
 
 
 def _settled_edge(row: dict, tick: dict | None, bucket: float) -> float:

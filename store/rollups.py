@@ -17,7 +17,9 @@ t_last), so the writer appends one *delta* row per key for each batch it inserts
 same transaction as the batch (a SIGKILL leaves rollups exactly matching the rows on disk),
 and `compact` later merges each key's rows into one (also one transaction: nothing is lost
 or counted twice however it is interrupted). Readers always merge, so they never see a
-difference between compacted and not yet compacted rows. store/rollup_queries.py reads them.
+difference between compacted and not yet compacted rows. store/rollup_queries.py and
+store/rollup_marks.py read them; `stall_ends`, kept in the same transactions, is
+store/stall_ends.py's; a run recorded before rollups is rolled up by store/rollup_build.py.
 """
 
 from __future__ import annotations
