@@ -66,8 +66,8 @@ class _Settled:
 def live_data(cur, row: dict, cache: dict | None = None) -> LiveData:
     """Everything one Live refresh shows, from the rollups. With `cache` (one per viewer, e.g.
     session state), buckets that have settled are kept and only newer rollup rows are read
-    again, so a refresh of a long run costs the last seconds, not
-    the whole run; a run that has ended is settled entirely and reads no bucket rows at all."""
+    again, so a refresh of a long run costs the last seconds, not the whole run; a run that
+    has ended is settled entirely and reads no bucket rows at all."""
     bucket = bucket_for(float(row["duration_s"]))
     run_id = row["run_id"]
     summary = rollup_marks.tick_summary(cur, run_id)

@@ -137,7 +137,8 @@ def ensure(store, run_id: str, progress=None) -> bool:
 
 def differences(cur, run_id: str) -> dict[str, int]:
     """Per rollup table, how many merged rows of the run differ from rollups recomputed from
-    its frames and ticks now (0 everywhere: consistent). For tests and `metronome` checks."""
+    its frames and ticks now (0 everywhere: consistent): the tests' check, and a file's by
+    hand."""
     out = {}
     for table, (src, keys, _) in SPECS.items():
         cur.execute(f"CREATE OR REPLACE TEMP TABLE _expected AS FROM {table} LIMIT 0")
