@@ -224,9 +224,9 @@ def calibrate(engine: str, model: str, store=None, *, engine_factory=None, progr
     note(0.0, f"starting the {engine} engine")
     eng = engine_factory(base)
     search = _Search(base, eng, note, probe_s)
-    search.warm_up()
     periods: list[tuple[float, int, int]] = []  # (frame_ms, N_c, estimate)
     try:
+        search.warm_up()
         for i, frame_ms in enumerate(PERIODS_MS):
             n_c, estimate = search.n_c_at(frame_ms, MAX_PROBES if i == 0 else MAX_PROBES_LONGER)
             periods.append((frame_ms, n_c, estimate))
