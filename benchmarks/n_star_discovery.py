@@ -66,6 +66,14 @@ def main() -> None:
         cur = store.cursor()
         rep = experiments.n_star_report(summary, cal.n_c, experiments.silent_at_cap(
             cur, summary, config.control_interval_s))
+        # What the controller held after the climb (the last two thirds of the run): the live
+        # range, and how far single intervals' p95 strayed from the target there.
+        after = cur.execute(
+            "SELECT min(live), max(live), max(limit_sessions), quantile_cont(p95_ms, 0.05), "
+            "quantile_cont(p95_ms, 0.95), count(*) FILTER (WHERE p95_ms > ?) / count(*) "
+            "FROM ticks WHERE run_id = ? AND t >= ? AND p95_ms IS NOT NULL",
+            [calibration.TARGET_FRACTION * cal.frame_ms, summary["run_id"],
+             args.duration / 3]).fetchone()
     finally:
         store.close()
     held = ("never settled at the target" if rep["n_star"] is None else
@@ -78,6 +86,11 @@ def main() -> None:
     ratio = "—" if rep["ratio"] is None else f"{rep['ratio']:.2f}"
     print(f"N*/N_c = {ratio}")
     print(f"silent frames at the cap = {silent} (whole run {rep['silent_rate']})")
+    if after[0] is not None:
+        print(f"after the climb: live {after[0]}–{after[1]} (cap ≤ {after[2]}); interval p95 "
+              f"{after[3]:.0f}–{after[4]:.0f} ms (5th–95th) against the "
+              f"{calibration.TARGET_FRACTION * cal.frame_ms:.0f} ms target, "
+              f"{after[5]:.0%} of ticks over it")
     print(f"p95 = {rep['p95'] or '—'}; final cap {summary['final_limit']}, admitted "
           f"{rep['admitted']}, rejected {rep['rejected']}, opens deferred "
           f"{summary['opens_deferred']}; {time.monotonic() - t0:.0f} s in all")

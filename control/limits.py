@@ -87,8 +87,8 @@ class AIMDConfig:
     # Near the target (p95 over near_target · target) grow only after `settle_intervals`
     # samples in a row at the target since the last change: a session stays for minutes, so
     # the cap waits to see what the last one admitted costs before it offers another (on vLLM,
-    # 2 cores, growing on every good interval climbed 4 sessions past N_c between two
-    # intervals over the target, and those sessions stayed).
+    # 2 cores, growing on every good interval let the cap pass N_c between two intervals over
+    # the target, and the sessions it admitted stayed).
     near_target: float = 0.8
     settle_intervals: int = 3
 

@@ -12,9 +12,8 @@ Fed one control sample per interval (the same samples the limit sees), it keeps 
 A stretch is *at the target* when its median p95 is: at most half of its samples are over
 target · (1 + tolerance), 5 % by default (a censored p95, a silent frame's unknown latency, is
 always over). Judged per stretch, not per sample: a controller that holds a real engine at its
-target sits on it, so single intervals fall on both sides (on vLLM, 2 cores, p95 swung ±15 %
-around the target from one second to the next at a steady live count; requiring every sample
-under it never found a stretch).
+target sits on it, so single intervals fall on both sides (on vLLM, 2 cores, requiring every
+sample under it never found a stretch: benchmarks/n_star_discovery.py prints the spread).
 
 A stretch counts once it is `min_intervals` long and at the target. N* is the median live count
 of the last stretch that counts (rounded half up), `at_s` when that stretch began, `for_s` how

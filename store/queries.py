@@ -61,17 +61,6 @@ def occupancy(cur, run_id: str) -> pd.DataFrame:
         "FROM ticks WHERE run_id = ? ORDER BY t", [run_id]).df()
 
 
-def silent_per_s(cur, run_id: str, bucket_s: float = 1.0) -> pd.DataFrame:
-    return cur.execute(
-        """
-        SELECT floor(t_submit / ?) * ? AS t,
-               sum(CASE WHEN silent THEN 1 ELSE 0 END) / ? AS silent_per_s,
-               sum(CASE WHEN naive_on_time THEN 0 ELSE 1 END) / ? AS naive_misses_per_s,
-               count(*) AS frames
-        FROM frames WHERE run_id = ? GROUP BY 1 ORDER BY 1
-        """, [bucket_s, bucket_s, bucket_s, bucket_s, run_id]).df()
-
-
 def events(cur, run_id: str) -> pd.DataFrame:
     return cur.execute(
         "SELECT t, wall_at, kind, detail FROM events WHERE run_id = ? ORDER BY wall_at, t", [run_id]).df()
