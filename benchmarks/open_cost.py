@@ -45,24 +45,37 @@ def _trace(path: str, live: int, burst: int, frame_s: float) -> None:
             f.write(f"burst{j},{start + (j + 1) * frame_s / (burst + 2):.4f},{DURATION_S},16,4\n")
 
 
-def _window(cur, run_id: str, live: int, burst: int, frame_s: float, budget_ms: float) -> dict:
+def _window(cur, run_id: str, live: int, burst: int, frame_s: float) -> dict:
     """The live sessions' frames while the burst opens (its tick to the tick after the last
     open a budget of 2 would place) and once every burst session is decoding (the 5 ticks
     after): the difference of the two is what the opens cost, not the added sessions."""
     t0, opening = _burst_start(frame_s), math.ceil(burst / 2) + 1
 
     def frames(start: float, end: float) -> list:
+        # A silent frame's latency is unknown (≥ the budget): +inf, so a statistic that
+        # reaches it is None ("> budget"), never a number.
         return cur.execute(
-            "SELECT CASE WHEN silent THEN ? ELSE latency_ms END, silent FROM frames "
-            "WHERE run_id = ? AND session_id < ? AND t_submit >= ? AND t_submit < ?",
-            [budget_ms, run_id, live, start - 1e-6, end - 1e-6]).fetchall()
+            "SELECT CASE WHEN silent THEN 'infinity'::DOUBLE ELSE latency_ms END, silent "
+            "FROM frames WHERE run_id = ? AND session_id < ? AND t_submit >= ? "
+            "AND t_submit < ?", [run_id, live, start - 1e-6, end - 1e-6]).fetchall()
+
+    def known(x: float) -> float | None:
+        return round(x, 1) if math.isfinite(x) else None
 
     during = frames(t0, t0 + opening * frame_s)
     after = frames(t0 + opening * frame_s, t0 + (opening + 5) * frame_s)
     return {"frames": len(during), "silent": sum(bool(r[1]) for r in during),
-            "max_ms": round(max(r[0] for r in during), 1),
-            "p50_ms": round(statistics.median(r[0] for r in during), 1),
-            "after_p50_ms": round(statistics.median(r[0] for r in after), 1)}
+            "max_ms": known(max(r[0] for r in during)),
+            "p50_ms": known(statistics.median(r[0] for r in during)),
+            "after_p50_ms": known(statistics.median(r[0] for r in after))}
+
+
+def _median(values) -> float | None:
+    """Median with None ("> budget") ranked above every number; None if it lands there."""
+    ordered = sorted(values, key=lambda v: math.inf if v is None else v)
+    return ordered[(len(ordered) - 1) // 2] if len(ordered) % 2 else (
+        None if None in ordered[len(ordered) // 2 - 1:len(ordered) // 2 + 1]
+        else (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2)
 
 
 def main() -> None:
@@ -97,8 +110,7 @@ def main() -> None:
                     engine = engine or make_engine(cfg)
                     s = Runner(cfg, engine, store).run()
                     store.writer.flush()
-                    w = _window(store.cursor(), s["run_id"], args.live, burst, frame_s,
-                                args.frame_ms)
+                    w = _window(store.cursor(), s["run_id"], args.live, burst, frame_s)
                     results.append({"repeat": repeat, "burst": burst, "open_budget": budget,
                                     "opens_deferred": s["opens_deferred"], **w})
                     print(json.dumps(results[-1]), file=sys.stderr, flush=True)
@@ -111,9 +123,8 @@ def main() -> None:
         for budget in (args.budgets if burst else args.budgets[:1]):
             runs = [r for r in results if r["burst"] == burst and r["open_budget"] == budget]
             medians.append({"burst": burst, "open_budget": budget if burst else None,
-                            "p50_ms": statistics.median(r["p50_ms"] for r in runs),
-                            "max_ms": statistics.median(r["max_ms"] for r in runs),
-                            "after_p50_ms": statistics.median(r["after_p50_ms"] for r in runs),
+                            **{k: _median(r[k] for r in runs)
+                               for k in ("p50_ms", "max_ms", "after_p50_ms")},
                             "silent": statistics.median(r["silent"] for r in runs),
                             "frames": statistics.median(r["frames"] for r in runs)})
     print(json.dumps({"engine": args.engine, "frame_ms": args.frame_ms, "live": args.live,
