@@ -157,11 +157,12 @@ for forecast in st.session_state.get("exp_forecast", []):
 def results() -> None:
     state = host.state()
     series = state["series"]
-    preparing = state["status"] == "preparing"
-    if st.session_state.get("_exp_preparing") and not preparing:
-        st.session_state["_exp_preparing"] = False
-        st.rerun(scope="app")  # a calibration just ended: the page pre-fills from it
-    st.session_state["_exp_preparing"] = preparing
+    if state["status"] != "preparing":
+        # A calibration stored since the form was drawn (the one-click demo's, which may end
+        # before this fragment first sees it preparing) fills the form: draw the page again.
+        now = calibration.stored(store().cursor(), engine, MODEL)
+        if now is not None and (engine, str(now.calibrated_at)) != stamp:
+            st.rerun(scope="app")
     if series is not None and series["kind"] == "calibration":
         if state["status"] in ACTIVE and state["note"]:
             st.progress(state["note"][0], text=state["note"][1])
