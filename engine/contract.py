@@ -36,12 +36,18 @@ class KVPolicy:
             raise ValueError(f"sinks {self.sink_tokens} must be smaller than the window "
                              f"({self.window_tokens} tokens); allowed: 0 ≤ S < W")
 
-    def check_block_size(self, block_size: int) -> None:
-        """Window and sink granularity is one block (see DESIGN: KV policy)."""
+    def block_size_refusal(self, block_size: int) -> str | None:
+        """Window and sink granularity is one block (see DESIGN: KV policy): why this policy
+        does not fit `block_size` (one line), or None."""
         if self.kind == "window" and self.window_tokens < block_size:
-            raise ValueError(
-                f"window {self.window_tokens} is smaller than one block ({block_size} tokens); "
-                f"allowed: window ≥ {block_size}")
+            return (f"window {self.window_tokens} is smaller than one block ({block_size} "
+                    f"tokens); allowed: window ≥ {block_size}")
+        return None
+
+    def check_block_size(self, block_size: int) -> None:
+        refusal = self.block_size_refusal(block_size)
+        if refusal:
+            raise ValueError(refusal)
 
     def blocks_per_session(self, block_size: int) -> int | None:
         """Upper bound of resident blocks per session, None when unbounded."""
@@ -146,6 +152,13 @@ def check_frame(token_ids: list[int], max_new: int, vocab_size: int) -> None:
         raise ValueError(f"a frame needs ≥ 1 token id in [0, {vocab_size})")
 
 
+def applied() -> Future:
+    """The future of a live KV change a backend made at once."""
+    done: Future = Future()
+    done.set_result(None)
+    return done
+
+
 class Engine(ABC):
     """What the runtime needs from a backend. One instance serves many sessions.
 
@@ -154,7 +167,6 @@ class Engine(ABC):
 
     name: str = "engine"
     simulated: bool = False
-    live_policy: bool = False  # whether set_policy works while sessions run
     # The most tokens one request may hold (prompt + generated); the runtime rolls a session
     # over before reaching it. None: no limit (the runtime never rolls over).
     max_model_len: int | None = None
@@ -219,27 +231,26 @@ class Engine(ABC):
         None for a real engine."""
         return None
 
+    # --- live KV policy: one way in ----------------------------------------------------------
     def policy_change_refusal(self, policy: KVPolicy) -> str | None:
-        """Why `policy` cannot be applied while sessions run (one line), or None if it can."""
-        if self.live_policy:
-            return None
+        """Why `policy` cannot be applied while sessions run (one line), or None if it can.
+        The one check of a live W/S, made where the engine knows its pool; a backend that
+        can change live overrides it."""
         return (f"the {self.name} engine cannot change W or S while running; "
                 "start a new run with the new values")
 
-    def set_policy(self, policy: KVPolicy) -> bool:
-        """Change the KV policy live. Returns False when this backend needs a restart for it."""
-        return False
-
     def begin_policy_change(self, policy: KVPolicy) -> Future:
-        """Start a live KV change without waiting for it: the future resolves to what
-        `set_policy` returns (or its exception). A refusal known at once is a ValueError here.
-        Backends whose change takes engine time override this; the default applies at once."""
-        future: Future = Future()
-        try:
-            future.set_result(self.set_policy(policy))
-        except Exception as exc:  # noqa: BLE001 - handed to the caller through the future
-            future.set_exception(exc)
-        return future
+        """Start a live KV change without waiting for it. Refused: a ValueError with
+        `policy_change_refusal`'s line. Accepted: a future that resolves (to None) once the
+        engine applies it, or raises why it could not."""
+        refusal = self.policy_change_refusal(policy)
+        if refusal:
+            raise ValueError(refusal)
+        return self._start_policy_change(policy)
+
+    def _start_policy_change(self, policy: KVPolicy) -> Future:
+        """Apply an accepted change (its future); only reached when the refusal is None."""
+        raise AssertionError(f"the {self.name} engine accepted a live KV change it cannot make")
 
     def drain_step_stats(self) -> list[StepStats]:
         """Per-step samples since the last call. Used to fit the twin's cost model."""

@@ -16,12 +16,13 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from engine.balance import EngineLoad, vllm_pick
 from engine.config import EngineConfig, dp_ranks
 from engine.contract import (CLOSED, Engine, FrameHandle, KVPolicy, PoolStats, StepStats,
-                             check_frame)
+                             applied, check_frame)
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,6 @@ class TwinEngine(Engine):
 
     name = "twin"
     simulated = True
-    live_policy = True
 
     def __init__(self, config: EngineConfig, cost: CostModel | None = None,
                  vocab_size: int = 2048, max_prefill_tokens: int = 2048,
@@ -145,12 +145,14 @@ class TwinEngine(Engine):
     def ranks(self) -> int:
         return len(self._ranks)
 
-    def set_policy(self, policy: KVPolicy) -> bool:
-        policy.check_block_size(self.config.block_size)
-        self._policy = policy
+    def policy_change_refusal(self, policy: KVPolicy) -> str | None:
+        return policy.block_size_refusal(self.config.block_size)
+
+    def _start_policy_change(self, policy: KVPolicy) -> Future:
+        self._policy = policy  # applied at once: what the new window drops is freed now
         for session in self._sessions.values():
             self._release_outside_window(session)
-        return True
+        return applied()
 
     def open(self, session_id: int, rank: int | None = None) -> None:
         if session_id in self._sessions:

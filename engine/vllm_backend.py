@@ -24,7 +24,7 @@ from engine import dtype as dtypes
 from engine import vllm_args
 from engine.config import EngineConfig, dp_ranks
 from engine.contract import (CLOSED, Engine, FrameHandle, KVPolicy, PoolStats, StepStats,
-                             check_frame)
+                             applied, check_frame)
 from engine.models import model_info, resolve_model
 from engine.sinks.env import apply_env, sink_env
 from engine.sinks.support import refusals_surface
@@ -131,36 +131,25 @@ class VLLMEngine(Engine):
     def vocab_size(self) -> int:
         return self._vocab_size
 
-    @property
-    def live_policy(self) -> bool:
-        # A windowed engine runs engine.sinks, whose W and S move live; unbounded vs windowed
-        # is the KV cache layout vLLM allocated at start-up.
-        return self.config.policy.kind == "window"
-
     def policy_change_refusal(self, policy: KVPolicy) -> str | None:
         if policy.kind != self.config.policy.kind:
+            # Unbounded vs windowed is the KV cache layout vLLM allocated at start-up.
             return (f"the vLLM engine started {self.config.policy.kind}; switching to "
                     f"{policy.kind} needs a new run (W and S of a windowed run move live)")
-        if policy.kind == "window":
-            return vllm_args.window_fit_refusal(self.config, policy, self._step_tokens)
-        return None
-
-    def set_policy(self, policy: KVPolicy) -> bool:
-        """Move W and S between two engine steps (waits for it; the runtime uses
-        begin_policy_change and keeps ticking): the KV manager frees what the new values drop
-        at once; running requests keep what they hold and their window refills."""
-        return self.begin_policy_change(policy).result(timeout=30)
-
-    def begin_policy_change(self, policy: KVPolicy) -> concurrent.futures.Future:
-        refusal = self.policy_change_refusal(policy)
-        if refusal:
-            raise ValueError(refusal)
-        policy.check_block_size(self.config.block_size)
         if policy.kind == "unbounded":
-            return super().begin_policy_change(policy)
+            return None
+        return policy.block_size_refusal(self.config.block_size) or \
+            vllm_args.window_fit_refusal(self.config, policy, self._step_tokens)
+
+    def _start_policy_change(self, policy: KVPolicy) -> concurrent.futures.Future:
+        """W and S move between two engine steps (engine.sinks.live): the KV manager frees what
+        the new values drop at once; running requests keep what they hold and their window
+        refills. The run thread does not wait on it."""
+        if policy.kind == "unbounded":  # unbounded to unbounded: nothing to do
+            return applied()
         return asyncio.run_coroutine_threadsafe(self._set_sinks(policy), self._loop)
 
-    async def _set_sinks(self, policy: KVPolicy) -> bool:
+    async def _set_sinks(self, policy: KVPolicy) -> None:
         """On the engine's own loop: one utility call into the engine core, which applies the
         setting between two steps; the run thread is not waiting on it."""
         try:
@@ -171,7 +160,6 @@ class VLLMEngine(Engine):
         self._policy = policy
         logger.info("KV policy now W=%d S=%d: %s", policy.window_tokens, policy.sink_tokens,
                     result)
-        return True
 
     # --- contract -----------------------------------------------------------------------------
     def now(self) -> float:

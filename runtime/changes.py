@@ -59,7 +59,7 @@ def policy_change_text(old: KVPolicy, new: KVPolicy) -> str:
 class PendingChange:
     """A KV change the engine is applying: what was asked, from what, and when."""
 
-    future: Future  # Engine.begin_policy_change's: resolves to whether it was applied
+    future: Future  # Engine.begin_policy_change's: resolves once applied, raises if not
     policy: KVPolicy
     old: KVPolicy
     requested_t: float  # run-relative tick that started it
@@ -122,8 +122,7 @@ class LiveChanges:
             policy = KVPolicy(change.get("policy", old.kind),
                               change.get("window", old.window_tokens),
                               change.get("sinks", old.sink_tokens))
-            policy.check_block_size(self.config.block_size)
-            refusal = self.engine.policy_change_refusal(policy)
+            refusal = self.engine.policy_change_refusal(policy)  # the one check
             if refusal:
                 raise ValueError(refusal)
             queued.append(("policy", policy))
@@ -232,12 +231,9 @@ class LiveChanges:
         self._pending = None
         policy, old = pending.policy, pending.old
         try:
-            applied = pending.future.result()
-            reason = "the engine refused it"
+            pending.future.result()
         except Exception as exc:  # noqa: BLE001 - any failure leaves the old policy in force
-            applied, reason = False, f"{type(exc).__name__}: {exc}"
-        if not applied:
-            self._rejected(policy, reason, t_rel)
+            self._rejected(policy, f"{type(exc).__name__}: {exc}", t_rel)
             return
         if self._on_policy is not None:
             self._on_policy()

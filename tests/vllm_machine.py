@@ -95,7 +95,7 @@ class EnginePool:
         self._engines[key] = engine
         wanted = config.engine_config().policy
         if engine.policy != wanted:
-            engine.set_policy(wanted)  # W and S of a windowed engine move live
+            engine.begin_policy_change(wanted).result(timeout=30)  # W, S move live
         return engine
 
     def close(self) -> None:

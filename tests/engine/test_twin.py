@@ -46,7 +46,7 @@ def test_window_caps_blocks_per_session_and_live_shrink_frees_at_once():
         eng.submit(1, [3] * 16, 4)
         eng.sleep_until(eng.now() + 0.1)
     assert eng.pool().used_blocks == 5  # ceil(128/32) + 1
-    assert eng.set_policy(KVPolicy("window", 64))
+    assert eng.begin_policy_change(KVPolicy("window", 64)).done()  # the twin applies at once
     assert eng.pool().used_blocks == 3
 
 

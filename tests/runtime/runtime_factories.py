@@ -70,12 +70,14 @@ class ScriptedEngine(Engine):
     simulated = True
 
     def __init__(self, *, ranks: int = 1, total_blocks: int = 64, policy: KVPolicy = KVPolicy(),
-                 live_policy: bool = True, max_model_len: int | None = None,
+                 live_policy: bool = True, block_size: int = 32,
+                 max_model_len: int | None = None,
                  place: dict | None = None) -> None:
         self.clock = 0.0
         self.pools = [pool(0, total_blocks) for _ in range(ranks)]
         self._policy = policy
-        self.live_policy = live_policy
+        self.live_policy = live_policy  # False: refuses any live KV change, as the base does
+        self.block_size = block_size
         self.max_model_len = max_model_len
         self.place = dict(place or {})  # session id → the rank this engine puts it on
         self.rank_of: dict[int, int | None] = {}
@@ -129,9 +131,17 @@ class ScriptedEngine(Engine):
     def policy(self) -> KVPolicy:
         return self._policy
 
+    def policy_change_refusal(self, policy: KVPolicy) -> str | None:
+        if not self.live_policy:
+            return super().policy_change_refusal(policy)
+        return policy.block_size_refusal(self.block_size)
+
     def begin_policy_change(self, policy: KVPolicy) -> Future:
-        if self.refuse_at_once:
+        if self.refuse_at_once:  # a refusal only the start can see (the request passed)
             raise ValueError(self.refuse_at_once)
+        return super().begin_policy_change(policy)
+
+    def _start_policy_change(self, policy: KVPolicy) -> Future:
         future: Future = Future()
         self.changes.append((policy, future))
         return future
@@ -141,7 +151,9 @@ class ScriptedEngine(Engine):
         policy, future = self.changes.pop(0)
         if applied:
             self._policy = policy
-        future.set_result(applied)
+            future.set_result(None)
+        else:
+            future.set_exception(RuntimeError("the engine refused it"))
 
     @property
     def vocab_size(self) -> int:
