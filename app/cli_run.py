@@ -19,6 +19,7 @@ def run_config_from_args(args) -> "RunConfig":  # noqa: F821 - imported lazily
     from app.replay import with_recorded_load
     from engine.config import parse_vllm_args
     from runtime.config import RunConfig, ScheduledChange
+    from runtime.replay import checked_trace
 
     values = dict(
         engine=args.engine, model=args.model, seed=args.seed, policy=args.policy,
@@ -39,8 +40,10 @@ def run_config_from_args(args) -> "RunConfig":  # noqa: F821 - imported lazily
     given = {key for key, value in values.items() if value is not None}
     values = with_recorded_load(values, given)
     defaults = {f.name: f.default for f in fields(RunConfig)}
-    return RunConfig(**{key: defaults[key] if value is None and key in _LOAD_FLAGS else value
-                        for key, value in values.items()})
+    config = RunConfig(**{key: defaults[key] if value is None and key in _LOAD_FLAGS else value
+                          for key, value in values.items()})
+    checked_trace(config)  # a replay's trace against these settings, before anything starts
+    return config
 
 
 # Flags whose default is None on the command line so that a replay can tell them apart.

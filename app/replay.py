@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
-from load_gen.replay import RECORDED_FIELDS, recording_settings
+from load_gen.replay import RECORDED_FIELDS
 from runtime import RunConfig
+from runtime.replay import checked_trace, recording_settings
 
 _DEFAULTS = {f.name: f.default for f in fields(RunConfig)}
 
@@ -28,6 +29,14 @@ def with_recorded_load(args: dict, given: set[str] | frozenset = frozenset()) ->
             out[key] = recorded[key]
     out["arrival_rate"] = None  # arrivals are the trace's
     return out
+
+
+def run_config(args: dict, given: set[str] | frozenset = frozenset()) -> RunConfig:
+    """The RunConfig of these arguments (`with_recorded_load`), a replay's trace read and checked
+    against it now (ValueError), so a form or the CLI refuses before anything starts."""
+    config = RunConfig(**with_recorded_load(args, given))
+    checked_trace(config)
+    return config
 
 
 def headline(row: dict, original: dict | None = None) -> str:

@@ -98,28 +98,6 @@ class ReplayFrames:
         """Nothing to release."""
 
 
-# --- where a load's trace comes from -------------------------------------------------------
-def trace_for(load) -> ReplayTrace:
-    """The trace of a replay LoadConfig; read once per source, then cached."""
-    if load.replay_run is not None:
-        return recorded_trace(load.replay_run, load.replay_db)
-    return file_trace(load.replay_trace, load.frame_ms)
-
-
-def recording_settings(replay_run: str | None = None, replay_trace: str | None = None,
-                       replay_db: str | None = None, frame_ms: float | None = None) -> dict:
-    """The RunConfig load fields a replay takes from its recording (a file trace fixes only
-    sessions and duration; its frame period is the operator's, `frame_ms`)."""
-    if (replay_run is None) == (replay_trace is None):
-        raise ValueError("load replay needs exactly one of --replay-run (a recorded run) or "
-                         "--replay-trace (a CSV or Parquet file)")
-    if replay_run is not None:
-        return dict(recorded_trace(replay_run, replay_db).settings)
-    if frame_ms is None:
-        raise ValueError("a trace file's frames are cut at the run's frame period: give one")
-    return dict(file_trace(replay_trace, frame_ms).settings)
-
-
 def check_config(trace: ReplayTrace, frame_ms: float, tokens_out: int, stagger: bool) -> None:
     """Refuse settings under which the replay would not offer the traced load."""
     if trace.frame_ms is not None and not math.isclose(frame_ms, trace.frame_ms):
@@ -137,24 +115,6 @@ def check_config(trace: ReplayTrace, frame_ms: float, tokens_out: int, stagger: 
         raise ValueError(f"stagger {'on' if stagger else 'off'} differs from {trace.source}'s "
                          f"{'on' if trace.stagger else 'off'}; its sessions would start at "
                          f"other times")
-
-
-# --- recorded runs: read from the store by the runtime (load_gen does not import store) ------
-_recorded_loader = None
-
-
-def set_recorded_loader(loader) -> None:
-    """The runtime installs the function that reads a recorded run's trace from the store
-    (`runtime.replay.recorded_trace(run_id, db)`); the dependency runs runtime → load_gen."""
-    global _recorded_loader
-    _recorded_loader = loader
-
-
-def recorded_trace(run_id: str, db: str | None = None) -> ReplayTrace:
-    if _recorded_loader is None:
-        raise RuntimeError("replaying a recorded run needs the runtime's store reader "
-                           "(import runtime)")
-    return _recorded_loader(run_id, db)
 
 
 def _start(arrival: float, session_id: int, frame_s: float, stagger: bool, load: str) -> float:

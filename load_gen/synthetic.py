@@ -81,18 +81,20 @@ class LoadConfig:
         if (self.replay_run is None) == (self.replay_trace is None):
             raise ValueError("load replay needs exactly one of --replay-run (a recorded run) "
                              "or --replay-trace (a CSV or Parquet file)")
-        from load_gen import replay  # reads the store or a file: only when a replay is asked for
-
-        replay.trace_for(self)  # read once, then cached
 
 
-def arrival_times(cfg: LoadConfig) -> list[float]:
+def _replayed(load: LoadConfig, trace):
+    if trace is None:
+        raise ValueError("a replay load offers its trace: read it first (runtime.replay)")
+    return trace
+
+
+def arrival_times(cfg: LoadConfig, trace=None) -> list[float]:
     """Seconds from run start at which each offered session arrives (sorted, < duration), in
-    session-id order: the runtime numbers sessions by their index here."""
+    session-id order: the runtime numbers sessions by their index here. A replay load's come
+    from its `trace` (load_gen.replay.ReplayTrace)."""
     if cfg.kind == "replay":
-        from load_gen import replay
-
-        return list(replay.trace_for(cfg).arrivals)
+        return list(_replayed(cfg, trace).arrivals)
     if cfg.kind == "gateway":
         return []  # clients arrive when they connect (runtime/remote.py)
     return planned_arrivals(cfg.kind, cfg.sessions, cfg.arrival_rate, cfg.duration_s, cfg.seed,
@@ -100,12 +102,12 @@ def arrival_times(cfg: LoadConfig) -> list[float]:
 
 
 def make_frame_source(load: LoadConfig, session_id: int, vocab_size: int,
-                      tokens_in: int) -> FrameSource:
-    """The frame source of one session of this load."""
+                      tokens_in: int, trace=None) -> FrameSource:
+    """The frame source of one session of this load (a replay's from its `trace`)."""
     if load.kind == "replay":
-        from load_gen import replay
+        from load_gen.replay import ReplayFrames
 
-        return replay.ReplayFrames(replay.trace_for(load), session_id, load.seed, vocab_size)
+        return ReplayFrames(_replayed(load, trace), session_id, load.seed, vocab_size)
     if load.kind == "gateway":
         raise ValueError("a gateway session's frames come from its client (load_gen.remote)")
     if load.kind not in AUDIO_LOADS:

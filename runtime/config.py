@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from control.limits import LIMITS
 from control.placement import PLACEMENTS
@@ -11,7 +11,6 @@ from engine import ENGINES
 from engine.config import EngineConfig
 from engine.contract import POLICIES, KVPolicy
 from load_gen.synthetic import LoadConfig
-from runtime import replay as _replay  # noqa: F401 - installs the recorded-run reader
 
 MAX_DURATION_S = 7 * 24 * 3600.0  # a week: longer runs are a soak, split them into runs
 # The shortest frame period: a speech frame is 10 ms at the finest (the usual feature hop;
@@ -102,20 +101,17 @@ def check_changes(cfg: "RunConfig") -> None:
     could never apply (a window below one block, sinks ≥ the window, a window the pool cannot
     hold) is refused before the run starts, as every other flag is. What only the engine can
     judge (sinks on an unsupported backend) is still refused live, as a param_rejected event."""
-    policy = cfg.kv_policy()
+    engine = cfg.engine_config()
+    policy = engine.policy
     for change in sorted(cfg.changes, key=lambda c: c.at_s):
         if change.key not in ("window", "sinks", "policy"):
             continue
         fields = {"policy": policy.kind, "window": policy.window_tokens,
                   "sinks": policy.sink_tokens, change.key: change.value}
         where = f"change at {change.at_s:g} s ({change.key}={change.value})"
-        try:
+        try:  # the engine config's own checks: block size, a session's window in the pool
             policy = KVPolicy(fields["policy"], fields["window"], fields["sinks"])
-            policy.check_block_size(cfg.block_size)
-            per_session = policy.blocks_per_session(cfg.block_size)
-            if per_session is not None and per_session > cfg.pool_blocks:
-                raise ValueError(f"a session's window needs {per_session} blocks; the pool has "
-                                 f"{cfg.pool_blocks}")
+            replace(engine, policy=policy)
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
 
@@ -228,14 +224,9 @@ class RunConfig:
             raise ValueError("policy window needs --window (tokens, ≥ one block)")
         if self.policy == "unbounded" and self.window is not None:
             raise ValueError(f"window {self.window} only applies to policy window")
-        self.engine_config()  # validates policy, pool and block size
-        check_changes(self)
-        load = self.load_config()  # validates the load shape (a replay reads its trace once)
-        if load.kind == "replay":
-            from load_gen import replay
-
-            replay.check_config(replay.trace_for(load), self.frame_ms, self.tokens_out,
-                                self.stagger)
+        check_changes(self)  # validates policy, pool and block size, then each change
+        # The load's shape; a replay's trace is read where a run starts (runtime.replay).
+        self.load_config()
 
     @property
     def budget(self) -> float:

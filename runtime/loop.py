@@ -34,6 +34,7 @@ from runtime.changes import LiveChanges
 from runtime.config import RunConfig
 from runtime.record import Recorder
 from runtime.remote import ORIGIN
+from runtime.replay import checked_trace
 from runtime.sessions import Sessions
 from runtime.summary import settle_store, summarise, write_run_end, write_run_start
 from runtime.telemetry import EngineFailed, Telemetry
@@ -85,8 +86,10 @@ class Runner:
                                  (*observers, inlet) if inlet is not None else observers)
         # Built once: validating a load reads its folder or probes its device.
         load = config.load_config()
-        self._arrivals = arrival_times(load)
-        self.sessions = Sessions(config, engine, self.recorder, self.gate, self.control, load)
+        trace = checked_trace(config)  # a replay's, read and checked before anything starts
+        self._arrivals = arrival_times(load, trace)
+        self.sessions = Sessions(config, engine, self.recorder, self.gate, self.control, load,
+                                 trace)
         if inlet is not None:  # its clients are numbered after the planned arrivals
             inlet.attach(len(self._arrivals))
             self.sessions.on_close = inlet.session_closed

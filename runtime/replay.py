@@ -9,10 +9,45 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-from load_gen import replay as load_replay
 from load_gen.generated import planned_arrivals
 from load_gen.replay import (RECORDED_FIELDS, ReplaySession, ReplayTrace, _compact, _start,
-                             file_trace)
+                             check_config, file_trace)
+
+
+def trace_for(load) -> ReplayTrace | None:
+    """The trace a LoadConfig replays (None for any other load): a recorded run's, from the
+    store or its archive, or a trace file's; read once per source, then cached."""
+    if load.kind != "replay":
+        return None
+    if load.replay_run is not None:
+        return recorded_trace(load.replay_run, load.replay_db)
+    return file_trace(load.replay_trace, load.frame_ms)
+
+
+def checked_trace(cfg) -> ReplayTrace | None:
+    """A RunConfig's replay trace, read, with the settings under which the replay would not
+    offer the traced load refused (ValueError); None for other loads. A RunConfig reads no
+    file or database when built: the runner calls this before anything starts, the CLI and
+    the console's forms call it first to refuse at once."""
+    trace = trace_for(cfg.load_config())
+    if trace is not None:
+        check_config(trace, cfg.frame_ms, cfg.tokens_out, cfg.stagger)
+    return trace
+
+
+def recording_settings(replay_run: str | None = None, replay_trace: str | None = None,
+                       replay_db: str | None = None, frame_ms: float | None = None) -> dict:
+    """The RunConfig load fields a replay takes from its recording (a file trace fixes only
+    sessions and duration; its frame period is the operator's, `frame_ms`)."""
+    if (replay_run is None) == (replay_trace is None):
+        raise ValueError("load replay needs exactly one of --replay-run (a recorded run) or "
+                         "--replay-trace (a CSV or Parquet file)")
+    if replay_run is not None:
+        return dict(recorded_trace(replay_run, replay_db).settings)
+    if frame_ms is None:
+        raise ValueError("a trace file's frames are cut at the run's frame period: give one")
+    return dict(file_trace(replay_trace, frame_ms).settings)
+
 
 def recorded_trace(run_id: str, db: str | None = None) -> ReplayTrace:
     from store import db_path
@@ -95,5 +130,3 @@ def _from_recording(cur, row: dict, db: str) -> ReplayTrace:
                        s["stagger"], settings)
 
 
-
-load_replay.set_recorded_loader(recorded_trace)

@@ -51,13 +51,14 @@ class Sessions:
     """The live sessions of one run and everything that happens to them."""
 
     def __init__(self, config: RunConfig, engine: Engine, recorder: Recorder, gate,
-                 control, load) -> None:
+                 control, load, trace=None) -> None:
         self.config = config
         self.engine = engine
         self.recorder = recorder
         self.gate = gate
         self.control = control  # WindowedLimit: sees every finalised frame's latency
         self._load = load
+        self._trace = trace  # a replay load's (load_gen.replay.ReplayTrace)
         self._frame_s = config.frame_ms / 1e3
         self._budget_s = config.budget / 1e3
         self.live: dict[int, Session] = {}
@@ -86,7 +87,7 @@ class Sessions:
         end = start + cfg.session_s if cfg.session_s else math.inf
         if source is None:
             source = make_frame_source(self._load, session_id, self.engine.vocab_size,
-                                       cfg.tokens_in)
+                                       cfg.tokens_in, self._trace)
         session = Session(session_id, ticket, start, end, source,
                           deque(maxlen=self.history_tokens()), [],
                           self.engine.policy.sink_tokens, origin=origin or cfg.load)

@@ -4,11 +4,10 @@ what is running."""
 import streamlit as st
 
 from app import run_form, views
-from app.replay import with_recorded_load
+from app.replay import run_config
 from app.console import run_host, store
 from app.engine_host import one_line
 from app.mic_link import GATEWAY_URL_ENV, default_gateway, mic_page_url
-from runtime import RunConfig
 from store import StoreError
 
 st.title("Load")
@@ -20,10 +19,10 @@ with left:
         start = st.form_submit_button("Start", key="start", type="primary")
     if start:
         try:
-            # RunConfig validates everything; its ValueError is already one operator-facing line.
+            # RunConfig and the replay check validate everything; a ValueError is one line.
             if config_args["load"] == "replay" and config_args.get("replay_run"):
                 config_args["replay_db"] = store().path
-            host.start(RunConfig(**with_recorded_load(config_args)), store().path)
+            host.start(run_config(config_args), store().path)
         except (ValueError, StoreError) as exc:
             st.error(one_line(exc))
         else:

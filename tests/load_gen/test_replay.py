@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.replay import headline, with_recorded_load
+from app.replay import headline, run_config, with_recorded_load
 from load_gen import LoadConfig, make_frame_source
-from load_gen.replay import ReplayFrames, recorded_trace
+from load_gen.replay import ReplayFrames
 from runtime import RunConfig, execute
+from runtime.replay import checked_trace, recorded_trace, trace_for
 from store import open_store, queries, replay_queries
 
 CLIFF = dict(engine="twin", policy="unbounded", pool_blocks=64, frame_ms=80.0, duration_s=8.0)
@@ -80,7 +81,7 @@ def test_replay_regenerates_the_same_tokens(db):
                         replay_db=db)
     for sid in range(5):
         a = make_frame_source(synthetic, sid, 2048, 16)
-        b = make_frame_source(replay, sid, 2048, 16)
+        b = make_frame_source(replay, sid, 2048, 16, trace)
         frames = [b.next_frame(0.08) for _ in range(trace.sessions[sid].frames)]
         assert frames == [a.next_frame(0.08) for _ in frames]
         assert b.next_frame(0.08) is None  # its recorded end: the runner closes it
@@ -126,7 +127,7 @@ def test_trace_file_per_session_and_per_frame(db, tmp_path):
                              "end_s": [0.08, 0.16, 0.24, 0.16], "tokens_in": [3, 9, 5, 7],
                              "tokens_out": [4, 4, 4, 4]}), per_frame)
     load = LoadConfig("replay", 2, frame_ms=80.0, replay_trace=str(per_frame))
-    source = make_frame_source(load, 0, 2048, 16)
+    source = make_frame_source(load, 0, 2048, 16, trace_for(load))
     assert [len(source.next_frame(0.08).token_ids) for _ in range(3)] == [3, 9, 5]
     assert source.next_frame(0.08) is None
 
@@ -139,7 +140,7 @@ def test_trace_file_per_session_and_per_frame(db, tmp_path):
 ])
 def test_replay_sources_that_cannot_be_read_are_refused(db, settings, needle):
     with pytest.raises(ValueError, match=needle):
-        RunConfig(engine="twin", load="replay", replay_db=db, **settings)
+        checked_trace(RunConfig(engine="twin", load="replay", replay_db=db, **settings))
 
 
 def test_replay_refuses_settings_that_would_change_the_load(db, tmp_path):
@@ -148,25 +149,31 @@ def test_replay_refuses_settings_that_would_change_the_load(db, tmp_path):
     base = dict(engine="twin", load="replay", replay_run=run["run_id"], replay_db=db,
                 pool_blocks=64)
     with pytest.raises(ValueError, match="frame period 80 ms differs from run .*160 ms"):
-        RunConfig(**base)
+        checked_trace(RunConfig(**base))  # a RunConfig reads no store: the check does
+    with pytest.raises(ValueError, match="frame period 80 ms differs from run .*160 ms"):
+        run_config({**base, "frame_ms": 80.0}, given={"frame_ms"})  # the form's and CLI's way
+    runs = len(queries.runs(store.cursor()))
+    with pytest.raises(ValueError, match="frame period 80 ms differs from run .*160 ms"):
+        execute(RunConfig(**base), store)  # a runner checks before anything starts
+    assert len(queries.runs(store.cursor())) == runs
     with pytest.raises(ValueError, match="tokens out 8 differs"):
-        RunConfig(**base, frame_ms=160.0, tokens_out=8)
+        checked_trace(RunConfig(**base, frame_ms=160.0, tokens_out=8))
     with pytest.raises(ValueError, match="stagger on differs"):
-        RunConfig(**base, frame_ms=160.0, stagger=True)
+        checked_trace(RunConfig(**base, frame_ms=160.0, stagger=True))
     with pytest.raises(ValueError, match="only applies to load replay"):
         RunConfig(engine="twin", replay_run=run["run_id"])
     varying = tmp_path / "varying.csv"
     varying.write_text("session_id,start_s,end_s,tokens_in,tokens_out\n1,0,1,16,4\n2,0,1,16,8\n")
     with pytest.raises(ValueError, match="asks 4–8 tokens out per frame"):
-        RunConfig(engine="twin", load="replay", replay_trace=str(varying))
+        checked_trace(RunConfig(engine="twin", load="replay", replay_trace=str(varying)))
     bad = tmp_path / "bad.csv"
     bad.write_text("session_id,start_s,end_s,tokens_in\n1,0,1,16\n")
     with pytest.raises(ValueError, match="lacks column.*tokens_out"):
-        RunConfig(engine="twin", load="replay", replay_trace=str(bad))
+        checked_trace(RunConfig(engine="twin", load="replay", replay_trace=str(bad)))
     backwards = tmp_path / "backwards.csv"
     backwards.write_text("session_id,start_s,end_s,tokens_in,tokens_out\n1,2,1,16,4\n")
     with pytest.raises(ValueError, match="row 1: end_s 1 must be after start_s 2"):
-        RunConfig(engine="twin", load="replay", replay_trace=str(backwards))
+        checked_trace(RunConfig(engine="twin", load="replay", replay_trace=str(backwards)))
 
 
 def test_a_replay_of_a_replay_offers_the_first_recording(db):
