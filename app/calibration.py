@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.twin import CostModel, analytic_n_star, fit_cost_model
-from runtime import RunConfig, Runner, latest_cost_model, make_engine
+from runtime import RunConfig, execute, latest_cost_model, make_engine
 from store import Store, calibrations, queries
 
 logger = logging.getLogger(__name__)
@@ -278,9 +278,9 @@ class _Search:
         sessions at 80 ms censored right after the start, 1 session at 40 ms a probe later)."""
         from dataclasses import replace
 
-        Runner(replace(self.base, sessions=FIRST_PROBE_SESSIONS,
-                       duration_s=WARM_UP_FRAMES * self.base.frame_ms / 1e3),
-               self.eng, self.store).run()
+        execute(replace(self.base, sessions=FIRST_PROBE_SESSIONS,
+                        duration_s=WARM_UP_FRAMES * self.base.frame_ms / 1e3),
+                self.store, self.eng)
 
     def _probe(self, frame_ms: float, n: int, found: dict, max_probes: int) -> bool:
         from dataclasses import replace
@@ -289,7 +289,7 @@ class _Search:
         duration = self.probe_s or max(self.base.duration_s, 24 * frame_ms / 1e3)
         config = replace(self.base, sessions=n, frame_ms=frame_ms, duration_s=duration)
         target_ms = TARGET_FRACTION * config.budget
-        s = Runner(config, self.eng, self.store).run()
+        s = execute(config, self.store, self.eng)
         self.steps.extend(queries.steps(self.store.cursor(), s["run_id"]))
         p95 = None if s["p95_censored"] or s["p95_ms"] is None else float(s["p95_ms"])
         silent = float(s["silent_rate"] or 0.0)

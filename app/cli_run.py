@@ -209,7 +209,7 @@ def _cmd_demo(args) -> int:
     from dataclasses import asdict
 
     from app import calibration, demo, story
-    from runtime import Runner, make_engine
+    from runtime import run_series
     from store import open_store
 
     store = open_store(args.db)
@@ -218,15 +218,9 @@ def _cmd_demo(args) -> int:
         cal = calibration.ensure(store, args.engine, args.model, _progress_to_stderr,
                                  recalibrate=args.recalibrate)
         settings = demo.derive(cal, args.duration)
-        summaries = []
-        for config in settings.configs(args.engine, args.model, args.seed):
-            _progress_to_stderr(len(summaries) / 2, f"demo run {len(summaries) + 1} of 2: "
-                                                    f"{config.policy}")
-            engine = make_engine(config, store)
-            try:
-                summaries.append(Runner(config, engine, store).run())
-            finally:
-                engine.shutdown()
+        configs = settings.configs(args.engine, args.model, args.seed)
+        summaries = run_series(configs, store, before=lambda i, config: _progress_to_stderr(
+            i / len(configs), f"demo run {i + 1} of {len(configs)}: {config.policy}"))
         store.writer.flush()
         cur = store.cursor()
         after = [story.silent_after_stall(cur, s) for s in summaries]

@@ -77,26 +77,28 @@ def forecast(config: RunConfig, seeds: int = 200, cost=None,
     """Run `config` on the twin (unpaced) for seeds config.seed … config.seed + seeds − 1 and
     count the collapses. `cost`: the twin's CostModel (None: the latest fitted, else default)."""
     from engine import create_engine
-    from runtime.loop import Runner
+    from runtime.drive import run_series
     from store import Store
-    from store.schema import ROLLUP_TABLES
 
     if not 1 <= seeds <= MAX_SEEDS:
         raise ValueError(f"seeds {seeds} must be in [1, {MAX_SEEDS}]")
     base = replace(config, engine="twin", paced=False, changes=())
     store = Store(":memory:")  # private: the forecast's runs are not the operator's history
     started = time.perf_counter()
-    summaries = []
+    done = 0
+
+    def after(_summary: dict) -> None:
+        nonlocal done
+        done += 1
+        store.drop_bulk_rows()  # each run's rows are only needed for its own summary
+        if progress is not None:
+            progress(done / seeds)
+
     try:
-        for i in range(seeds):
-            cfg = replace(base, seed=config.seed + i)
-            engine = create_engine("twin", cfg.engine_config(), cost)
-            summaries.append(Runner(cfg, engine, store).run())
-            # Each run's rows are only needed for its own summary: keep the store small.
-            for table in ("frames", "ticks", *ROLLUP_TABLES):
-                store.writer.execute(f"DELETE FROM {table}")
-            if progress is not None:
-                progress((i + 1) / seeds)
+        summaries = run_series(
+            (replace(base, seed=config.seed + i) for i in range(seeds)), store,
+            engine_factory=lambda cfg, _store: create_engine("twin", cfg.engine_config(), cost),
+            after=after)
     finally:
         store.close()
     stalls = [s["stall_at_s"] for s in summaries if s["stalled"]]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import duckdb
 
-from store.schema import MIGRATIONS, RUN_STATUSES, SCHEMA, TABLES
+from store.schema import MIGRATIONS, ROLLUP_TABLES, RUN_STATUSES, SCHEMA, TABLES
 from store.writer import StoreWriter
 
 logger = logging.getLogger(__name__)
@@ -43,6 +43,13 @@ class Store:
     def cursor(self):
         """A cursor for one reader thread (DuckDB cursors are per-thread connections)."""
         return self._con.cursor()
+
+    def drop_bulk_rows(self) -> None:
+        """Delete every run's frames, ticks and rollups (queued on the writer), keeping the runs
+        and their summaries: for a private store whose runs are only needed for their summaries
+        (a forecast's hundreds of twin runs), so it stays small."""
+        for table in ("frames", "ticks", *ROLLUP_TABLES):
+            self.writer.execute(f"DELETE FROM {table}")
 
     def _abort_orphans(self) -> None:
         # We hold the file lock, so a run still 'running' belongs to a process that died.
