@@ -279,7 +279,7 @@ class _Search:
         from dataclasses import replace
 
         execute(replace(self.base, sessions=FIRST_PROBE_SESSIONS,
-                        duration_s=WARM_UP_FRAMES * self.base.frame_ms / 1e3),
+                        duration_s=WARM_UP_FRAMES * self.base.frame_s),
                 self.store, self.eng)
 
     def _probe(self, frame_ms: float, n: int, found: dict, max_probes: int) -> bool:

@@ -17,6 +17,7 @@ from apscheduler.triggers.cron import CronTrigger
 
 from app import experiments
 from runtime import RunConfig
+from runtime.replay import checked_trace
 from store import queries
 
 RUN_KINDS = ("canary", *experiments.KINDS)
@@ -101,6 +102,7 @@ class ScheduleSpec:
             raise ValueError(f"settings must be RunConfig arguments, not {type(settings).__name__}")
         try:
             base = RunConfig.from_settings(settings)
+            checked_trace(base)  # a replay's trace: read and checked with the settings
         except (TypeError, ValueError) as exc:
             raise ValueError(f"settings: {exc}") from None
         if self.kind == "canary":

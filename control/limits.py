@@ -3,8 +3,7 @@ the admission gate (control.admission) admits against it.
 
 A Limit sees one aggregated sample per control interval (`WindowedLimit` does the
 aggregation), never raw frames: `on_sample(now, latency_ms, inflight, dropped)` where
-latency is the interval's p95 and `dropped` says a frame went silent.
-"""
+latency is the interval's p95 and `dropped` says a frame went silent."""
 
 from __future__ import annotations
 
@@ -68,6 +67,13 @@ class _TargetedLimit(_Listeners):
         self.config = replace(self.config, target_fraction=target_fraction)
 
 
+def check_target(target_fraction, what: str = "target") -> float:
+    """The one check of a latency target, a fraction of the budget (config, changes, limits)."""
+    if not isinstance(target_fraction, (int, float)) or not 0 < target_fraction <= 1:
+        raise ValueError(f"{what} {target_fraction} must be in (0, 1] of the budget")
+    return float(target_fraction)
+
+
 def _check_bounds(initial: int, min_limit: int, max_limit: int) -> None:
     if not 1 <= min_limit <= max_limit:
         raise ValueError(f"limits min {min_limit} / max {max_limit}: need 1 ≤ min ≤ max")
@@ -102,8 +108,7 @@ class AIMDConfig:
             raise ValueError(f"increase {self.increase} must be ≥ 1")
         if not 0.5 <= self.backoff < 1:
             raise ValueError(f"backoff {self.backoff} must be in [0.5, 1)")
-        if not 0 < self.target_fraction <= 1:
-            raise ValueError(f"target {self.target_fraction} must be in (0, 1] of the budget")
+        check_target(self.target_fraction)
         if self.headroom < 0:
             raise ValueError(f"headroom {self.headroom} must be ≥ 0")
 
@@ -167,8 +172,7 @@ class GradientConfig:
 
     def __post_init__(self) -> None:
         _check_bounds(self.initial, self.min_limit, self.max_limit)
-        if not 0 < self.target_fraction <= 1:
-            raise ValueError(f"target {self.target_fraction} must be in (0, 1] of the budget")
+        check_target(self.target_fraction)
         if not 0 < self.smoothing <= 1:
             raise ValueError(f"smoothing {self.smoothing} must be in (0, 1]")
         if not 1 <= self.tolerance <= 2:

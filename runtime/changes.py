@@ -26,7 +26,7 @@ import time
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 
-from control.limits import Limit, WindowedLimit, make_limit
+from control.limits import Limit, WindowedLimit, check_target, make_limit
 from engine.contract import Engine, KVPolicy
 from runtime.config import RunConfig
 from runtime.record import Recorder
@@ -128,9 +128,7 @@ class LiveChanges:
             queued.append(("policy", policy))
             done.append(f"KV policy {policy_text(old)} → {policy_text(policy)}")
         if "target" in change:
-            target = float(change["target"])
-            if not 0 < target <= 1:
-                raise ValueError(f"target {target} must be in (0, 1] of the budget")
+            target = check_target(change["target"])
             queued.append(("target", target))
             done.append(f"latency target {target:.2f}·budget")
         if "limit" in change:

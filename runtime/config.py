@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
-from control.limits import LIMITS
+from control.limits import LIMITS, check_target
 from control.placement import PLACEMENTS
 from engine import ENGINES
 from engine.config import EngineConfig
@@ -49,8 +49,8 @@ class ScheduledChange:
 
         if self.key in ("window", "sinks") and not 0 <= self.value <= INT32_MAX:
             raise ValueError(f"change {self.key}={self.value} must be in [0, {INT32_MAX}] tokens")
-        if self.key == "target" and not 0 < self.value <= 1:
-            raise ValueError(f"change target={self.value} must be in (0, 1] of the budget")
+        if self.key == "target":
+            check_target(self.value, "change target")
         if self.key == "limit" and self.value not in LIMITS:
             raise ValueError(f"change limit={self.value!r} is not one of {', '.join(LIMITS)}")
         if self.key == "policy" and self.value not in POLICIES:
@@ -195,8 +195,7 @@ class RunConfig:
             raise ValueError(f"wait budget {self.wait_budget} must be in (0, 1] of the budget")
         if self.admission not in ADMISSIONS:
             raise ValueError(f"admission {self.admission!r} is not one of {', '.join(ADMISSIONS)}")
-        if not 0 < self.target <= 1:
-            raise ValueError(f"target {self.target} must be in (0, 1] of the budget")
+        check_target(self.target)
         for name, flag in (("stall guard", self.stall_guard),
                            ("memory guard", self.memory_guard)):
             if not isinstance(flag, bool):
@@ -227,6 +226,10 @@ class RunConfig:
         check_changes(self)  # validates policy, pool and block size, then each change
         # The load's shape; a replay's trace is read where a run starts (runtime.replay).
         self.load_config()
+
+    @property
+    def frame_s(self) -> float:
+        return self.frame_ms / 1e3
 
     @property
     def budget(self) -> float:

@@ -73,7 +73,7 @@ class Runner:
         self.progress = 0.0  # fraction of the planned duration done
         self._seq = itertools.count()
         self._heap: list = []
-        self._frame_s = config.frame_ms / 1e3
+        self._frame_s = config.frame_s
 
         limit = make_limit(config.admission, config.budget, config.sessions, config.target)
         self.control = WindowedLimit(limit, config.control_interval_s, min_samples=5)

@@ -115,5 +115,5 @@ def memory_signals(cfg: RunConfig, policy: KVPolicy, tracker: OccupancyTracker, 
 
 def growth_per_session_per_s(cfg: RunConfig) -> float:
     """A session's pool growth from the load's token rate (ρ/s of one pool)."""
-    return (cfg.tokens_in + cfg.tokens_out - 1) / (cfg.frame_ms / 1e3) / (
+    return (cfg.tokens_in + cfg.tokens_out - 1) / cfg.frame_s / (
         cfg.pool_blocks * cfg.block_size)

@@ -77,7 +77,7 @@ def summarise(recorder: Recorder, cursor, engine: Engine, *, status: str, reason
     occ_t, occ_rho = occ.t.tolist(), occ.occupancy.tolist()
     stalled = stall_at is not None
     if stalled:
-        cut = [i for i, t in enumerate(occ_t) if t <= stall_at + cfg.frame_ms / 1e3]
+        cut = [i for i, t in enumerate(occ_t) if t <= stall_at + cfg.frame_s]
         tsat = predict_t_sat([occ_t[i] for i in cut], [occ_rho[i] for i in cut])
     else:
         tsat = late_t_sat(occ_t, occ_rho)

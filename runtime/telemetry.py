@@ -46,7 +46,7 @@ class Telemetry:
         self.engine = engine
         self.recorder = recorder
         self.n = engine.ranks
-        frame_s = config.frame_ms / 1e3
+        frame_s = config.frame_s
         self.monitors = [PoolMonitor(rank, frame_s) for rank in range(self.n)]
         # The engine-wide ρ(t) fit: a fleet of one's own; with more ranks, the summed pool's.
         self.occupancy = (self.monitors[0].occupancy if self.n == 1

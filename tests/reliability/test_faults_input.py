@@ -22,6 +22,7 @@ from app.schedules import ScheduleSpec
 from load_gen.trace_file import MAX_SESSIONS
 from runtime import RunConfig, execute
 from runtime.config import INT32_MAX, MIN_FRAME_MS
+from runtime.replay import checked_trace
 from store import open_store
 from store import schedules as table
 
@@ -40,7 +41,7 @@ def _trace(path, rows: int, sessions: int, tokens_in: str = "16") -> str:
 
 def _refused(trace: str) -> str:
     with pytest.raises(ValueError) as err:
-        RunConfig(engine="twin", load="replay", replay_trace=trace)
+        checked_trace(RunConfig(engine="twin", load="replay", replay_trace=trace))
     assert "\n" not in str(err.value)
     return str(err.value)
 
@@ -119,7 +120,7 @@ def test_values_at_the_columns_bounds_get_their_row_and_beyond_are_refused(store
 
 
 @pytest.mark.parametrize("change, needle", [
-    ("1:target=5", "target=5.0 must be in (0, 1]"),
+    ("1:target=5", "change target 5.0 must be in (0, 1]"),
     ("1:policy=bogus", "policy='bogus' is not one of"),
     ("1:window=-5", "window=-5 must be in [0,"),
     ("1:window=16", "window 16 is smaller than one block"),
