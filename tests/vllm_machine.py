@@ -69,6 +69,7 @@ class EnginePool:
     def __init__(self, keep: int = 4) -> None:
         self.keep = keep
         self._engines: dict = {}  # key → engine, least recently used first
+        self._processes: dict = {}  # key → the EngineCore processes its engine started
         self.starts = 0
 
     @staticmethod
@@ -90,7 +91,9 @@ class EnginePool:
             while len(self._engines) >= self.keep:
                 oldest = next(iter(self._engines))
                 self._engines.pop(oldest).shutdown()
+            before = {p.pid for p in engine_core_processes()}
             engine = make_engine(config)
+            self._processes[key] = [p for p in engine_core_processes() if p.pid not in before]
             self.starts += 1
         self._engines[key] = engine
         wanted = config.engine_config().policy
@@ -98,12 +101,32 @@ class EnginePool:
             engine.begin_policy_change(wanted).result(timeout=30)  # W, S move live
         return engine
 
+    def processes(self, config) -> list:
+        """The EngineCore processes of the engine `get(config)` handed out (a fault test kills
+        them; the next `get` replaces the dead engine)."""
+        return list(self._processes.get(self.key(config), []))
+
     def close(self) -> None:
         """Shut every kept engine down at once: each waits seconds for its EngineCore process
         to exit (one after another that was ~19 s of the suite's last teardown)."""
         engines, self._engines = list(self._engines.values()), {}
         with ThreadPoolExecutor(max_workers=max(1, len(engines))) as pool:
             list(pool.map(lambda engine: engine.shutdown(), engines))
+
+
+def engine_core_processes() -> list:
+    """This process's live vLLM EngineCore children (psutil.Process)."""
+    import psutil
+
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:  # earlier engines of this process may have left zombies behind
+            if proc.status() != psutil.STATUS_ZOMBIE and \
+                    "EngineCore" in " ".join(proc.cmdline() + [proc.name()]):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
 
 
 def measure(pool: EnginePool) -> MachineLoad:

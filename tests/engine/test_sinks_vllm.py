@@ -72,36 +72,73 @@ def decode_peak_blocks(llm, prompt, n_new: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def vllm_logprobs(prompt):
-    """{(W, S): (prompt logprobs, KV manager class name)}: one in-process engine per config."""
+def in_process(prompt):
+    """What the module's in-process engine computed: {"logprobs": vllm_logprobs's, "live":
+    live_logprobs's}. One engine (a start is ~5 s; once per setting was 7 starts): it starts
+    with CONFIGS[0] from the environment, as every windowed engine does, and each later setting
+    is applied with the engine core's live change while no request runs, so the requests after
+    it use it whole (engine.sinks.live). Shut down before the runtime tests below start theirs."""
     import gc
 
-    results = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # LLM in-process: the plugin runs here
         mp.setenv("OMP_NUM_THREADS", "1")
-        from vllm import LLM, SamplingParams
-        from vllm.inputs import TokensPrompt
+        mp.setenv(WINDOW_TOKENS_ENV, str(CONFIGS[0][0]))
+        mp.setenv(SINK_TOKENS_ENV, str(CONFIGS[0][1]))
+        register()  # vLLM loads plugins once per process: maybe before, without sinks
+        from vllm import LLM
 
-        for window, sinks in CONFIGS:
-            mp.setenv(WINDOW_TOKENS_ENV, str(window))
-            mp.setenv(SINK_TOKENS_ENV, str(sinks))
-            register()  # vLLM loads plugins once per process: maybe before, without sinks
-            llm = LLM(model=str(build_tiny(0)), dtype="float32", block_size=BS,
-                      enforce_eager=True, enable_prefix_caching=False,
-                      max_num_batched_tokens=CHUNK, max_num_seqs=8, num_gpu_blocks_override=64,
-                      max_model_len=2048, gpu_memory_utilization=0.3, seed=0)
-            manager = llm.llm_engine.engine_core.engine_core.scheduler.kv_cache_manager
-            kinds = {type(m).__name__ for m in manager.coordinator.single_type_managers}
-            out = llm.generate([TokensPrompt(prompt_token_ids=prompt)],
-                               SamplingParams(max_tokens=1, prompt_logprobs=0))[0]
-            got = np.array([d[t].logprob for d, t in zip(out.prompt_logprobs[1:], prompt[1:])])
-            results[(window, sinks)] = (got, kinds)
-            if (window, sinks) == CONFIGS[0]:
-                results["decode_peak"] = decode_peak_blocks(llm, prompt[:100], 300)
-            llm.llm_engine.engine_core.shutdown()
+        llm = LLM(model=str(build_tiny(0)), dtype="float32", block_size=BS,
+                  enforce_eager=True, enable_prefix_caching=False, async_scheduling=False,
+                  max_num_batched_tokens=CHUNK, max_num_seqs=8, num_gpu_blocks_override=64,
+                  max_model_len=2048, gpu_memory_utilization=0.3, seed=0)
+        try:
+            return {"logprobs": _logprobs(llm, prompt), "live": _live(llm)}
+        finally:
+            _core(llm).shutdown()
             del llm
             gc.collect()
+
+
+def _core(llm):
+    return llm.llm_engine.engine_core.engine_core
+
+
+def _set_idle(llm, window: int, sinks: int) -> None:
+    """Move W and S while no request runs: the next request starts under them whole."""
+    core = _core(llm)
+    assert not core.scheduler.requests
+    manager = core.scheduler.kv_cache_manager.coordinator.single_type_managers[0]
+    if (manager.window_tokens, manager.sink_tokens) != (window, sinks):  # the first: from env
+        core.metronome_set_sinks(window, sinks)
+
+
+@pytest.fixture(scope="module")
+def vllm_logprobs(in_process):
+    return in_process["logprobs"]
+
+
+@pytest.fixture(scope="module")
+def live_logprobs(in_process):
+    return in_process["live"]
+
+
+def _logprobs(llm, prompt) -> dict:
+    """{(W, S): (prompt logprobs, KV manager class names)}, and the decode peak of CONFIGS[0]."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    results = {}
+    for window, sinks in CONFIGS:
+        _set_idle(llm, window, sinks)
+        manager = _core(llm).scheduler.kv_cache_manager
+        kinds = {type(m).__name__ for m in manager.coordinator.single_type_managers}
+        out = llm.generate([TokensPrompt(prompt_token_ids=prompt)],
+                           SamplingParams(max_tokens=1, prompt_logprobs=0))[0]
+        got = np.array([d[t].logprob for d, t in zip(out.prompt_logprobs[1:], prompt[1:])])
+        results[(window, sinks)] = (got, kinds)
+        if (window, sinks) == CONFIGS[0]:
+            results["decode_peak"] = decode_peak_blocks(llm, prompt[:100], 300)
     return results
 
 
@@ -150,48 +187,32 @@ def live_mask(n: int, old, new, carry) -> np.ndarray:
     return np.where(np.arange(n)[:, None] < CHANGE_AFTER, before, after)
 
 
-@pytest.fixture(scope="module")
-def live_logprobs():
+def _live(llm) -> dict:
     """{(old, new): (prompt, prompt logprobs, what the engine core reported)} with the setting
-    moved between two prefill chunks of one request, stepping an in-process engine by hand."""
-    import gc
+    moved between two prefill chunks of one request, stepping the engine by hand."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
 
     rng = random.Random(1)
     results = {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        mp.setenv("OMP_NUM_THREADS", "1")
-        from vllm import LLM, SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        for old, new in LIVE:
-            mp.setenv(WINDOW_TOKENS_ENV, str(old[0]))
-            mp.setenv(SINK_TOKENS_ENV, str(old[1]))
-            register()
-            llm = LLM(model=str(build_tiny(0)), dtype="float32", block_size=BS,
-                      enforce_eager=True, enable_prefix_caching=False, async_scheduling=False,
-                      max_num_batched_tokens=CHUNK, max_num_seqs=8, num_gpu_blocks_override=64,
-                      max_model_len=2048, gpu_memory_utilization=0.3, seed=0)
-            engine = llm.llm_engine
-            core = engine.engine_core.engine_core
-            prompt = [rng.randrange(1, 2048) for _ in range(LIVE_PROMPT)]
-            engine.add_request("live", TokensPrompt(prompt_token_ids=prompt),
-                               SamplingParams(max_tokens=1, prompt_logprobs=0))
-            report, final = None, None
-            while engine.has_unfinished_requests():
-                for out in engine.step():
-                    if out.finished:
-                        final = out
-                (request,) = core.scheduler.requests.values() or [None]
-                if report is None and request is not None \
-                        and request.num_computed_tokens >= CHANGE_AFTER:
-                    assert request.num_computed_tokens == CHANGE_AFTER
-                    report = core.metronome_set_sinks(*new)
-            got = np.array([d[t].logprob for d, t in zip(final.prompt_logprobs[1:], prompt[1:])])
-            results[(old, new)] = (prompt, got, report)
-            core.shutdown()
-            del llm, engine, core
-            gc.collect()
+    engine, core = llm.llm_engine, _core(llm)
+    for old, new in LIVE:
+        _set_idle(llm, *old)
+        prompt = [rng.randrange(1, 2048) for _ in range(LIVE_PROMPT)]
+        engine.add_request("live", TokensPrompt(prompt_token_ids=prompt),
+                           SamplingParams(max_tokens=1, prompt_logprobs=0))
+        report, final = None, None
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                if out.finished:
+                    final = out
+            (request,) = core.scheduler.requests.values() or [None]
+            if report is None and request is not None \
+                    and request.num_computed_tokens >= CHANGE_AFTER:
+                assert request.num_computed_tokens == CHANGE_AFTER
+                report = core.metronome_set_sinks(*new)
+        got = np.array([d[t].logprob for d, t in zip(final.prompt_logprobs[1:], prompt[1:])])
+        results[(old, new)] = (prompt, got, report)
     return results
 
 

@@ -4,11 +4,10 @@ new engine starts in the same process."""
 import threading
 import time
 
-import psutil
 import pytest
 
 from engine.twin import CostModel, TwinEngine
-from runtime import RunConfig, Runner, make_engine
+from runtime import RunConfig, Runner
 from store.queries import events, run_row
 
 
@@ -39,42 +38,30 @@ def test_a_session_that_errors_ends_alone(store):
                                     for _, n, silent in others)
 
 
-def _engine_core_processes():
-    found = []
-    for proc in psutil.Process().children(recursive=True):
-        try:  # earlier engines of this process may have left zombies behind
-            if "EngineCore" in " ".join(proc.cmdline() + [proc.name()]):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
 @pytest.mark.vllm
-def test_dead_vllm_engine_fails_the_run_and_a_new_engine_starts(store):
+def test_dead_vllm_engine_fails_the_run_and_a_new_engine_starts(store, vllm_engines):
     cfg = RunConfig(engine="vllm", model="tiny", policy="window", window=128, pool_blocks=64,
                     sessions=4, frame_ms=160.0, duration_s=30.0)
-    # Engines the session's pool keeps (tests/vllm_machine.py) are not this test's to kill.
-    others = {p.pid for p in _engine_core_processes()}
-    engine = make_engine(cfg)
+    # The session's shared engine of this configuration (tests/vllm_machine.py): killed here,
+    # the pool's next `get` replaces it, and the modules after this one use the new engine.
+    engine = vllm_engines.get(cfg)
+    victims = vllm_engines.processes(cfg)
+    assert victims, "no EngineCore process found"
     runner = Runner(cfg, engine, store)
     thread = threading.Thread(target=runner.run)
     thread.start()
     time.sleep(2.0)
-    victims = [p for p in _engine_core_processes() if p.pid not in others]
-    assert victims, "no EngineCore process found"
     for proc in victims:
         proc.kill()
     thread.join(timeout=60)
-    engine.shutdown()
     assert runner.summary["status"] == "failed"
     assert "engine" in runner.summary["reason"].lower()
     row = run_row(store.cursor(), runner.run_id)
     assert row["status"] == "failed" and row["ended_at"] is not None
+    assert engine.error() is not None
 
-    again = make_engine(cfg)  # same process, fresh engine
-    try:
-        s = Runner(RunConfig(**{**cfg.__dict__, "duration_s": 2.0}), again, store).run()
-    finally:
-        again.shutdown()
+    starts = vllm_engines.starts
+    again = vllm_engines.get(cfg)  # same process, fresh engine
+    assert again is not engine and vllm_engines.starts == starts + 1
+    s = Runner(RunConfig(**{**cfg.__dict__, "duration_s": 2.0}), again, store).run()
     assert s["status"] == "finished" and s["frames"] > 0
