@@ -13,7 +13,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app.engine_host import ACTIVE, RunHost, one_line
+from app.engine_host import ACTIVE, HostState, RunHost, one_line
 from app.scheduler import SchedulerService
 from app.live_data import ensure_rollups
 from app.views import engine_label
@@ -92,18 +92,18 @@ def main() -> None:
 def _running_now(host: RunHost) -> None:
     """What is running, on every page, so no page hides an active run."""
     state = host.state()
-    if state["run_id"] is None and state["status"] not in ACTIVE:
+    if state.run_id is None and state.status not in ACTIVE:
         st.caption("nothing running")
         return
-    series = state["series"]
-    progress = state["progress"] if series is None else series["progress"]
-    what = f"run {state['run_id']}" if series is None else \
-        f"{series['kind']} run {series['index'] + 1}/{series['total']}"
-    if state["status"] == "preparing" and state["note"]:
-        progress, what = state["note"][0], state["note"][1]  # e.g. the calibration's probes
-    st.progress(progress, text=f"{state['status']} · {what} · {engine_label(state['engine'])}")
-    if state["error"]:
-        st.error(state["error"])
+    series = state.series
+    progress = state.progress if series is None else series.progress
+    what = f"run {state.run_id}" if series is None else \
+        f"{series.kind} run {series.index + 1}/{series.total}"
+    if state.status == "preparing" and state.note:
+        progress, what = state.note[0], state.note[1]  # e.g. the calibration's probes
+    st.progress(progress, text=f"{state.status} · {what} · {engine_label(state.engine)}")
+    if state.error:
+        st.error(state.error)
     _rerun_page_when_run_ends(state)
 
 
@@ -120,9 +120,9 @@ def _store_health() -> None:
                    f"({health['queued']} items queued)")
 
 
-def _rerun_page_when_run_ends(state: dict) -> None:
+def _rerun_page_when_run_ends(state: HostState) -> None:
     """A fragment redraws only itself; when a run ends, redraw the page so pickers list it."""
-    active = state["status"] in ACTIVE
+    active = state.status in ACTIVE
     was_active = st.session_state.get("_run_active", False)
     st.session_state["_run_active"] = active
     if was_active and not active:

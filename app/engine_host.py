@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import uuid
+from dataclasses import dataclass
 
 from runtime import RunConfig, Runner, make_engine
 from store import open_store
@@ -55,6 +56,33 @@ def new_run_id() -> str:
     """Same shape as the Runner's own ids (sortable by start time); made here so that `start`
     can return the id before the engine, and so the Runner, exists."""
     return f"{dt.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class SeriesState:
+    """An experiment's (or a calibration's) place in its runs."""
+
+    kind: str
+    run_ids: tuple[str, ...]
+    total: int
+    index: int  # the run under way (0-based)
+    progress: float  # of the whole series, 0..1
+
+
+@dataclass(frozen=True)
+class HostState:
+    """What the console reads of the host, taken at once under its lock."""
+
+    status: str  # idle, preparing, starting, running, stopping, finished, aborted, failed
+    run_id: str | None
+    engine: str | None
+    simulated: bool
+    progress: float  # of the run under way, 0..1
+    error: str | None
+    summary: dict | None  # the run's summary once it ended
+    config: RunConfig | None
+    series: SeriesState | None
+    note: tuple[float, str] | None  # (fraction, text) while preparing, else the last one
 
 
 class RunHost:
@@ -118,7 +146,7 @@ class RunHost:
                        kind: str | None = None) -> list[str]:
         """Like start_series, but the configs come from `prepare(store, progress)`, called
         first on the host's thread (a calibration: most of a minute on vLLM, never on a page's
-        thread). `progress(fraction, text)` shows in `state()["note"]` and raises once the
+        thread). `progress(fraction, text)` shows in `state().note` and raises once the
         host is stopped. `total`: how many configs prepare returns (0: it is the whole job,
         e.g. a recalibration). Returns the run ids at once."""
         if not 0 <= total <= 1000:
@@ -187,26 +215,23 @@ class RunHost:
                 "limit": limit.kind, "cap": limit.limit, "target": runner.target,
                 "stall_guard": "on" if runner.stall_guard else "off"}
 
-    def state(self) -> dict:
+    def state(self) -> HostState:
         with self._lock:
             runner = self._runner
-            series = None if self._series is None else dict(self._series)
-            if series is not None:
-                done = series["index"] + (runner.progress if runner is not None else 0.0)
-                series["progress"] = min(1.0, done / series["total"]) if series["total"] \
+            series = None
+            if self._series is not None:
+                raw = self._series
+                done = raw["index"] + (runner.progress if runner is not None else 0.0)
+                progress = min(1.0, done / raw["total"]) if raw["total"] \
                     else (self._note[0] if self._note else 0.0)  # a preparation alone
-            return {
-                "status": self._status_locked(),
-                "run_id": self._run_id,
-                "engine": self._engine_kind,
-                "simulated": self._engine_kind == "twin",
-                "progress": runner.progress if runner is not None else 0.0,
-                "error": self._error,
-                "summary": runner.summary if runner is not None else None,
-                "config": self._config,
-                "series": series,
-                "note": self._note,  # (fraction, text) while preparing, else the last one
-            }
+                series = SeriesState(raw["kind"], tuple(raw["run_ids"]), raw["total"],
+                                     raw["index"], progress)
+            return HostState(
+                status=self._status_locked(), run_id=self._run_id, engine=self._engine_kind,
+                simulated=self._engine_kind == "twin",
+                progress=runner.progress if runner is not None else 0.0, error=self._error,
+                summary=runner.summary if runner is not None else None, config=self._config,
+                series=series, note=self._note)
 
     def _status_locked(self) -> str:
         if self._status in ("starting", "running") and self._stop.is_set():

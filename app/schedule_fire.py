@@ -116,16 +116,16 @@ class Fire:
         busy_with = None
         while True:
             state = self.host.state()
-            if state["status"] not in ACTIVE:
+            if state.status not in ACTIVE:
                 try:
                     run_ids = self.host.start_series(configs, self.db_path,
                                                      kind=f"schedule {spec.name}")
                     return run_ids, time.monotonic() - t0, busy_with
                 except ValueError:
                     state = self.host.state()  # another start won the race
-                    if state["status"] not in ACTIVE:
+                    if state.status not in ACTIVE:
                         raise
-            busy_with = state["run_id"]
+            busy_with = state.run_id
             waited = time.monotonic() - t0
             if self._stopping.is_set() or waited >= spec.busy_wait_s:
                 why = ("the scheduler stopped while it waited" if self._stopping.is_set() else
@@ -133,7 +133,7 @@ class Fire:
                 table.insert_fire(self.store, {
                     "fire_id": fire_id, "schedule_id": schedule_id, "due_at": due,
                     "ended_at": dt.datetime.now(), "status": "skipped",
-                    "reason": f"the engine was busy with run {busy_with} ({state['status']}); "
+                    "reason": f"the engine was busy with run {busy_with} ({state.status}); "
                               f"{why}; a fire never runs on top of another run"})
                 logger.info("schedule %s skipped: engine busy with run %s", schedule_id,
                             busy_with)
@@ -144,7 +144,7 @@ class Fire:
         """Until the host has finished our runs (True), or the scheduler stops (False)."""
         while not self._stopping.is_set():
             state = self.host.state()
-            if state["status"] not in ACTIVE or state["run_id"] not in run_ids:
+            if state.status not in ACTIVE or state.run_id not in run_ids:
                 return True
             self._stopping.wait(self.poll_s)
         return False

@@ -38,7 +38,7 @@ def use_calibrated(cal) -> None:
 
 st.title("Experiments")
 host = run_host()
-busy = host.state()["status"] in ACTIVE
+busy = host.state().status in ACTIVE
 kind = st.radio("Experiment", experiments.KINDS, key="exp_kind", horizontal=True,
                 help="cliff vs slope: one seeded load, unbounded then windowed. collapse: "
                      "that pair over n seeds. N* discovery: Poisson arrivals with AIMD "
@@ -156,31 +156,31 @@ for forecast in st.session_state.get("exp_forecast", []):
 @st.fragment(run_every=REFRESH_S)
 def results() -> None:
     state = host.state()
-    series = state["series"]
-    if state["status"] != "preparing":
+    series = state.series
+    if state.status != "preparing":
         # A calibration stored since the form was drawn (the one-click demo's, which may end
         # before this fragment first sees it preparing) fills the form: draw the page again.
         now = calibration.stored(store().cursor(), engine, MODEL)
         if now is not None and (engine, str(now.calibrated_at)) != stamp:
             st.rerun(scope="app")
-    if series is not None and series["kind"] == "calibration":
-        if state["status"] in ACTIVE and state["note"]:
-            st.progress(state["note"][0], text=state["note"][1])
-        elif state["error"]:
-            st.error(f"calibration failed: {state['error']}")
+    if series is not None and series.kind == "calibration":
+        if state.status in ACTIVE and state.note:
+            st.progress(state.note[0], text=state.note[1])
+        elif state.error:
+            st.error(f"calibration failed: {state.error}")
         return
-    if series is None or series["kind"] not in experiments.KINDS:  # e.g. a schedule's fire
+    if series is None or series.kind not in experiments.KINDS:  # e.g. a schedule's fire
         st.info("No experiment yet in this console: set one up above and run it.")
         return
-    if state["status"] == "preparing":
-        fraction, text = state["note"] or (0.0, "calibrating")
-        st.progress(fraction, text=f"{series['kind']}: {text}")
-    elif state["status"] in ACTIVE:
-        st.progress(series["progress"], text=f"{series['kind']}: run {series['index'] + 1} of "
-                                             f"{series['total']} · {state['status']}")
-    elif state["status"] == "failed" and state["error"]:
-        st.error(state["error"])
-    draw_results(store().cursor(), series["kind"], series["run_ids"])
+    if state.status == "preparing":
+        fraction, text = state.note or (0.0, "calibrating")
+        st.progress(fraction, text=f"{series.kind}: {text}")
+    elif state.status in ACTIVE:
+        st.progress(series.progress, text=f"{series.kind}: run {series.index + 1} of "
+                                             f"{series.total} · {state.status}")
+    elif state.status == "failed" and state.error:
+        st.error(state.error)
+    draw_results(store().cursor(), series.kind, series.run_ids)
 
 
 results()

@@ -18,7 +18,7 @@ runs = queries.runs(store().cursor(), PAST_RUNS).to_dict("records")
 labels = {r["run_id"]: views.run_label(r) for r in runs}
 if st.session_state.get("view_run") not in (LIVE, *labels):
     st.session_state["view_run"] = LIVE  # a run picked on the Runs page that is not listed yet
-if not runs and run_host().state()["status"] not in ACTIVE:
+if not runs and run_host().state().status not in ACTIVE:
     # An empty console: one click calibrates (when this machine has no calibration yet), runs
     # the pair and lands on the comparison.
     engine = demo.demo_engine()
@@ -40,17 +40,17 @@ selected = st.selectbox("Run", [LIVE, *labels], key="view_run",
 def live(selected: str) -> None:
     state = run_host().state()
     cur = store().cursor()
-    run_id = state["run_id"] if selected == LIVE else selected
+    run_id = state.run_id if selected == LIVE else selected
     if run_id is None:
         latest = queries.runs(cur, 1)
         if latest.empty:
             st.info("No runs yet: start one on the Load page, or run the demo above.")
             return
         run_id = latest.run_id.iloc[0]
-    is_current = run_id == state["run_id"]
-    if is_current and state["status"] == "starting":
+    is_current = run_id == state.run_id
+    if is_current and state.status == "starting":
         st.info(f"run {run_id} is starting"
-                + ("" if state["simulated"] else " (vLLM takes about 20 s)"))
+                + ("" if state.simulated else " (vLLM takes about 20 s)"))
     row = queries.run_row(cur, run_id)
     if row is None:
         return  # the run's row comes with its first tick

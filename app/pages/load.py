@@ -33,12 +33,12 @@ with left:
 with right:
     st.subheader("Running now")
     state = host.state()
-    if state["run_id"] is None or state["config"] is None:
+    if state.run_id is None or state.config is None:
         st.caption("nothing")
     else:
-        st.write(f"**{state['status']}** · run {state['run_id']} · "
-                 f"{views.engine_label(state['engine'])}")
-        st.json(run_form.describe(state["config"]), expanded=True)
+        st.write(f"**{state.status}** · run {state.run_id} · "
+                 f"{views.engine_label(state.engine)}")
+        st.json(run_form.describe(state.config), expanded=True)
 
 st.subheader("Operator's microphone")
 st.caption(

@@ -51,10 +51,10 @@ def charts_by_title(at: AppTest) -> dict[str, list[int]]:
     return found
 
 
-def wait_settled(timeout: float = RUN_TIMEOUT_S) -> dict:
+def wait_settled(timeout: float = RUN_TIMEOUT_S):
     host = run_host()
     deadline = time.monotonic() + timeout
-    while host.state()["status"] in ACTIVE:
+    while host.state().status in ACTIVE:
         assert time.monotonic() < deadline, host.state()
         time.sleep(0.02)
     return host.state()
@@ -65,7 +65,7 @@ def finished_twin_run(db: str, **settings) -> str:
     config = RunConfig(**{"engine": "twin", "sessions": 6, "pool_blocks": 64,
                           "duration_s": 4.0, **settings})
     run_id = run_host().start(config, db)
-    assert wait_settled()["status"] == "finished"
+    assert wait_settled().status == "finished"
     open_store(db).writer.flush()
     return run_id
 
@@ -77,7 +77,7 @@ def running_paced_twin(db: str, **settings) -> str:
     host = run_host()
     run_id = host.start(config, db)
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    while host.state()["status"] != "running":
+    while host.state().status != "running":
         assert time.monotonic() < deadline, host.state()
         time.sleep(0.02)
     return run_id

@@ -55,9 +55,9 @@ def test_load_page_starts_a_twin_run_that_is_recorded(db):
     assert not at.exception and not at.error
     assert "started" in at.success[0].value
     state = wait_settled()
-    assert state["status"] == "finished" and state["simulated"]
+    assert state.status == "finished" and state.simulated
     open_store(db).writer.flush()
-    row = queries.run_row(open_store(db).cursor(), state["run_id"])
+    row = queries.run_row(open_store(db).cursor(), state.run_id)
     assert (row["load"], row["sessions"], row["session_s"], row["pool_blocks"]) == \
         ("poisson", 6, 2.0, 64)
 
@@ -72,7 +72,7 @@ def test_load_page_explains_an_invalid_value_inline_and_starts_nothing(db):
     assert not at.exception
     assert len(at.error) == 1
     assert "window" in at.error[0].value and "\n" not in at.error[0].value
-    assert run_host().state()["run_id"] is None
+    assert run_host().state().run_id is None
     assert queries.runs(open_store(db).cursor()).empty
 
 
@@ -195,7 +195,7 @@ def _run_experiment(kind: str, **values) -> "AppTest":  # noqa: F821
         at.number_input(key=key).set_value(value)
     at.button(key="exp_run").click().run()
     assert not at.exception and not at.error, (at.exception, at.error)
-    assert wait_settled()["status"] == "finished"
+    assert wait_settled().status == "finished"
     return at.run()
 
 
@@ -251,7 +251,7 @@ def test_experiment_shows_progress_while_it_runs(db):
     bars = at.get("progress")
     assert any("collapse: run" in b.proto.text for b in bars), [b.proto.text for b in bars]
     run_host().stop()
-    assert wait_settled()["status"] == "aborted"
+    assert wait_settled().status == "aborted"
 
 
 # --- Runs ---------------------------------------------------------------------------------------
@@ -287,7 +287,7 @@ def test_runs_page_offers_every_export(db):
 
 
 def test_host_state_while_nothing_runs(db):
-    assert run_host().state()["status"] == "idle"
+    assert run_host().state().status == "idle"
     with pytest.raises(ValueError, match="no run is running"):
         run_host().apply(target=0.5)
 
@@ -300,7 +300,7 @@ def test_incremental_live_refresh_adds_up_to_the_full_scan(db):
     run_id = running_paced_twin(db, duration_s=3.0, sessions=8)
     cur = open_store(db).cursor()
     cache: dict = {}
-    while run_host().state()["status"] == "running":
+    while run_host().state().status == "running":
         row = queries.run_row(cur, run_id)
         if row is not None:
             views.live_data(cur, row, cache)
@@ -362,7 +362,7 @@ def test_experiments_page_predicts_collapse_before_running(db, monkeypatch):
     said = [t for t in said if t.startswith("Predicted (twin)")]
     assert any(t.startswith("Predicted (twin): unbounded: collapses in") for t in said), said
     assert any("window W=128 S=0: collapses in 0%" in t for t in said), said
-    assert run_host().state()["run_id"] is None  # nothing ran on the engine
+    assert run_host().state().run_id is None  # nothing ran on the engine
 
 
 # --- the one-click demo and calibration ----------------------------------------------------------
@@ -374,7 +374,7 @@ def test_an_empty_console_runs_the_calibrated_demo_in_one_click(db, monkeypatch)
     button.click().run()
     assert not at.exception and not at.error
     state = wait_settled()
-    assert state["status"] == "finished" and state["series"]["kind"] == "cliff vs slope"
+    assert state.status == "finished" and state.series.kind == "cliff vs slope"
     open_store(db).writer.flush()
     at = page("experiments")  # where the click lands
     assert not at.exception and not at.error
@@ -395,7 +395,7 @@ def test_experiments_page_names_settings_that_cannot_show_a_cliff(db):
     at = page("experiments")  # the generic defaults, no calibration: Poisson 2/s of 6 s
     assert any("No cliff to show: the pool never fills" in w.value for w in at.warning)
     at.button(key="exp_calibrate").click().run()
-    assert wait_settled()["status"] == "finished"
+    assert wait_settled().status == "finished"
     at = page("experiments")
     assert not at.warning  # pre-filled from the calibration
     at.number_input(key="exp_sessions").set_value(200).run()

@@ -52,7 +52,7 @@ def test_add_pause_resume_and_remove_a_schedule_from_the_page(db):
     assert fires.status.tolist() == ["finished"] and fires.run_ids.iloc[0]
     at.button(key="sch_remove").click().run()
     assert "No schedules yet" in at.info[0].value
-    assert run_host().state()["series"]["kind"] == "schedule hourly canary"
+    assert run_host().state().series.kind == "schedule hourly canary"
 
 
 def test_an_invalid_schedule_is_explained_inline(db):
@@ -117,9 +117,9 @@ def test_runs_page_shows_a_replay_beside_its_original(db):
     at.number_input(key="duration_s").set_value(99.0)  # a replay's duration is the recording's
     at.button(key="start").click().run()
     assert not at.exception and not at.error, at.error
-    assert wait_settled()["status"] == "finished"
+    assert wait_settled().status == "finished"
     open_store(db).writer.flush()
-    replay_id = run_host().state()["run_id"]
+    replay_id = run_host().state().run_id
     row = queries.run_row(open_store(db).cursor(), replay_id)
     settings = json.loads(row["settings"])
     assert (row["load"], settings["replay_run"], row["duration_s"]) == ("replay", original, 6.0)

@@ -15,7 +15,7 @@ RUN_TIMEOUT_S = 20.0
 
 def _wait_until_settled(host: RunHost) -> dict:
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    while host.state()["status"] in ("starting", "running", "stopping"):
+    while host.state().status in ("starting", "running", "stopping"):
         assert time.monotonic() < deadline, host.state()
         time.sleep(0.01)
     return host.state()
@@ -29,8 +29,8 @@ def test_host_records_an_engine_start_failure_as_one_line(tmp_path):
     host.start(RunConfig(engine="twin"), str(tmp_path / "h.duckdb"))
 
     state = _wait_until_settled(host)
-    assert state["status"] == "failed"
-    assert state["error"] == "engine did not start: no accelerator found"
+    assert state.status == "failed"
+    assert state.error == "engine did not start: no accelerator found"
 
 
 def test_host_runs_one_at_a_time_and_shuts_a_stopped_engine_down(tmp_path):
@@ -46,15 +46,15 @@ def test_host_runs_one_at_a_time_and_shuts_a_stopped_engine_down(tmp_path):
     host = RunHost(engine_factory=slow_engine)
     config = RunConfig(engine="twin", sessions=2, duration_s=1.0)
     run_id = host.start(config, str(tmp_path / "h.duckdb"))
-    assert host.state()["status"] == "starting"
-    assert host.state()["run_id"] == run_id
+    assert host.state().status == "starting"
+    assert host.state().run_id == run_id
     with pytest.raises(ValueError, match="still starting"):
         host.start(config, str(tmp_path / "h.duckdb"))
 
     host.stop()
     release.set()
     state = _wait_until_settled(host)
-    assert state["status"] == "aborted"
+    assert state.status == "aborted"
     assert shut_down.is_set()
 
 
@@ -64,11 +64,11 @@ def test_host_reports_a_finished_run_with_its_summary(tmp_path):
                         str(tmp_path / "h.duckdb"))
 
     state = _wait_until_settled(host)
-    assert state["status"] == "finished"
-    assert state["progress"] == 1.0
-    assert state["error"] is None
-    assert state["summary"]["run_id"] == run_id
-    assert state["simulated"]
+    assert state.status == "finished"
+    assert state.progress == 1.0
+    assert state.error is None
+    assert state.summary["run_id"] == run_id
+    assert state.simulated
 
 
 
@@ -90,10 +90,10 @@ def test_host_runs_a_series_one_engine_at_a_time_and_reports_its_progress(tmp_pa
     run_ids = host.start_series(configs, str(tmp_path / "h.duckdb"), kind="collapse")
 
     state = _wait_until_settled(host)
-    assert state["status"] == "finished"
-    assert state["run_id"] == run_ids[-1] and len(set(run_ids)) == 3
-    assert state["series"]["kind"] == "collapse"
-    assert state["series"]["progress"] == 1.0 and state["series"]["index"] == 2
+    assert state.status == "finished"
+    assert state.run_id == run_ids[-1] and len(set(run_ids)) == 3
+    assert state.series.kind == "collapse"
+    assert state.series.progress == 1.0 and state.series.index == 2
     assert len(engines) == 3 and all(e.closed for e in engines)
 
 
@@ -104,7 +104,7 @@ def test_host_applies_live_changes_only_while_a_run_runs(tmp_path):
     host.start(RunConfig(engine="twin", paced=True, sessions=2, duration_s=60.0,
                          admission="aimd"), str(tmp_path / "h.duckdb"))
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    while host.state()["status"] != "running":
+    while host.state().status != "running":
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert "latency target 0.50" in host.apply(target=0.5)
@@ -113,13 +113,13 @@ def test_host_applies_live_changes_only_while_a_run_runs(tmp_path):
         assert time.monotonic() < deadline, host.live_settings()
         time.sleep(0.01)
     host.close()
-    assert host.state()["status"] == "aborted"
+    assert host.state().status == "aborted"
 
 
 # --- prepared series (the one-click demo: calibrate first, then the runs) ---------------------
-def _settled(host: RunHost) -> dict:
+def _settled(host: RunHost):
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    while host.state()["status"] in ("preparing", "starting", "running", "stopping"):
+    while host.state().status in ("preparing", "starting", "running", "stopping"):
         assert time.monotonic() < deadline, host.state()
         time.sleep(0.01)
     return host.state()
@@ -137,15 +137,15 @@ def test_a_prepared_series_reports_its_preparation_then_runs_what_it_returned(tm
     host = RunHost()
     run_ids = host.start_prepared(prepare, 2, str(tmp_path / "h.duckdb"), kind="cliff vs slope")
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    while host.state()["note"] is None:
+    while host.state().note is None:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     state = host.state()
-    assert state["status"] == "preparing" and state["note"] == (0.5, "calibrating: half way")
-    assert state["series"]["run_ids"] == run_ids and len(run_ids) == 2
+    assert state.status == "preparing" and state.note == (0.5, "calibrating: half way")
+    assert state.series.run_ids == tuple(run_ids) and len(run_ids) == 2
     go.set()
     state = _settled(host)
-    assert state["status"] == "finished" and state["run_id"] == run_ids[1]
+    assert state.status == "finished" and state.run_id == run_ids[1]
 
 
 def test_a_prepared_series_stopped_while_preparing_runs_nothing(tmp_path):
@@ -163,16 +163,16 @@ def test_a_prepared_series_stopped_while_preparing_runs_nothing(tmp_path):
     host.start_prepared(prepare, 2, str(tmp_path / "h.duckdb"), kind="cliff vs slope")
     assert started.wait(RUN_TIMEOUT_S)
     host.stop()
-    assert _settled(host)["status"] == "aborted"
+    assert _settled(host).status == "aborted"
 
 
 def test_a_failed_preparation_is_one_line_and_a_count_mismatch_is_refused(tmp_path):
     host = RunHost()
     host.start_prepared(lambda store, progress: 1 / 0, 2, str(tmp_path / "h.duckdb"))
     state = _settled(host)
-    assert state["status"] == "failed" and state["error"] == "division by zero"
+    assert state.status == "failed" and state.error == "division by zero"
     host.start_prepared(lambda store, progress: [], 2, str(tmp_path / "h.duckdb"))
-    assert _settled(host)["error"] == "preparation gave 0 runs, not 2"
+    assert _settled(host).error == "preparation gave 0 runs, not 2"
     host.start_prepared(lambda store, progress: [], 0, str(tmp_path / "h.duckdb"),
                         kind="calibration")
-    assert _settled(host)["status"] == "finished"
+    assert _settled(host).status == "finished"

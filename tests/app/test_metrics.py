@@ -243,13 +243,13 @@ def test_the_console_host_serves_its_runs_on_the_metrics_port(tmp_path):
         run_id = host.start(RunConfig(policy="window", window=64, **{**LOAD, "duration_s": 2.0}),
                             str(tmp_path / "m.duckdb"))
         deadline = time.monotonic() + 20
-        while host.state()["status"] in ("starting", "running", "stopping"):
+        while host.state().status in ("starting", "running", "stopping"):
             assert time.monotonic() < deadline
             time.sleep(0.02)
         text = urllib.request.urlopen(host.metrics_endpoint, timeout=5).read().decode()
         frames = _families(text)["metronome_frames"]
         assert sum(s.value for s in _samples(frames, run_id, "metronome_frames_total")) \
-            == host.state()["summary"]["frames"]
+            == host.state().summary["frames"]
     finally:
         host.close()
         stop_serving(port)

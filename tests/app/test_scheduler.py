@@ -96,7 +96,7 @@ def test_a_fire_while_a_run_is_active_is_skipped_with_the_reason(db):
     skipped = fires[fires.status == "skipped"].iloc[0]
     assert f"busy with run {busy}" in skipped.reason and "0.3 s busy wait" in skipped.reason
     assert skipped.run_ids is None or json.loads(skipped.run_ids) == []
-    assert host.state()["run_id"] == busy  # the operator's run went on untouched
+    assert host.state().run_id == busy  # the operator's run went on untouched
     host.stop()
 
 
