@@ -7,11 +7,12 @@ group, shows the runtime's confirmation, or its one-line reason when the value i
 from __future__ import annotations
 
 import logging
+from dataclasses import fields
 
 import streamlit as st
 
 from app.engine_host import RunHost, one_line
-from control.limits import LIMITS
+from control.limits import LIMITS, AIMDConfig, GradientConfig
 from engine.contract import POLICIES
 from runtime import RunConfig
 
@@ -64,30 +65,35 @@ def limit_section(host: RunHost, config: RunConfig) -> None:
 
 
 def _limit_params(kind: str, config: RunConfig) -> dict:
-    """The limit type's parameters; the limit's own config checks them (the reason is shown)."""
+    """The limit type's parameters, each field starting at the limit config's own default; the
+    limit's own config checks them (the reason is shown)."""
     cap = max(config.sessions, 1)
     if kind == "fixed":
         return {"limit": int(st.number_input("Cap (sessions)", value=cap, step=1,
                                              key="ctl_fixed_cap"))}
+    d = {f.name: f.default for f in fields(AIMDConfig if kind == "aimd" else GradientConfig)}
     params = {
-        "initial": int(st.number_input("Initial cap", value=min(4, cap), step=1,
+        "initial": int(st.number_input("Initial cap", value=min(d["initial"], cap), step=1,
                                        key=f"ctl_{kind}_initial")),
-        "min_limit": int(st.number_input("Minimum cap", value=1, step=1, key=f"ctl_{kind}_min")),
+        "min_limit": int(st.number_input("Minimum cap", value=d["min_limit"], step=1,
+                                         key=f"ctl_{kind}_min")),
         "max_limit": int(st.number_input("Maximum cap", value=cap, step=1,
                                          key=f"ctl_{kind}_max")),
         "target_fraction": float(st.session_state.get("ctl_target", config.target)),
     }
     if kind == "aimd":
-        params["increase"] = int(st.number_input("Additive increase", value=1, step=1,
-                                                 key="ctl_aimd_increase"))
-        params["backoff"] = float(st.number_input("Multiplicative backoff", value=0.9,
+        params["increase"] = int(st.number_input("Additive increase", value=d["increase"],
+                                                 step=1, key="ctl_aimd_increase"))
+        params["backoff"] = float(st.number_input("Multiplicative backoff", value=d["backoff"],
                                                   step=0.05, key="ctl_aimd_backoff"))
         params["headroom"] = int(st.number_input("Headroom (grow when inflight ≥ cap − k)",
-                                                 value=1, step=1, key="ctl_aimd_headroom"))
+                                                 value=d["headroom"], step=1,
+                                                 key="ctl_aimd_headroom"))
     else:
-        params["smoothing"] = float(st.number_input("Smoothing", value=0.2, step=0.05,
-                                                    key="ctl_gradient_smoothing"))
-        params["tolerance"] = float(st.number_input("Tolerance (× target)", value=1.0, step=0.1,
+        params["smoothing"] = float(st.number_input("Smoothing", value=d["smoothing"],
+                                                    step=0.05, key="ctl_gradient_smoothing"))
+        params["tolerance"] = float(st.number_input("Tolerance (× target)",
+                                                    value=d["tolerance"], step=0.1,
                                                     key="ctl_gradient_tolerance"))
     return params
 

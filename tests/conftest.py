@@ -49,5 +49,28 @@ def vllm_machine(vllm_engines):
     from tests.vllm_machine import measure
 
     machine = measure(vllm_engines)
-    print(f"\nvLLM on this machine: N_c {machine.describe()} ({machine.cal.seconds:.0f} s)")
+    _MEASURED.append(f"N_c {machine.describe()} ({machine.cal.seconds:.0f} s to calibrate)")
     return machine
+
+
+_MEASURED: list[str] = []  # what vllm_machine measured, for the summary at the end
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The machine the vLLM tests ran on and what it served, at the end of the output (where a
+    CI log's tail shows it): a failure reads differently on an AVX2 laptop and an AMX server."""
+    if not _MEASURED:
+        return
+    from engine.dtype import host_cpu_flags
+
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as info:
+            model = next((line.split(":", 1)[1].strip() for line in info
+                          if line.startswith("model name")), model)
+    except OSError:
+        pass
+    wide = sorted(f for f in host_cpu_flags() if f in ("avx2", "avx512f", "avx512_bf16",
+                                                       "amx_bf16"))
+    terminalreporter.write_line(f"vLLM machine: {model}, {os.cpu_count()} cores, "
+                                f"{' '.join(wide) or 'no AVX2'}; {_MEASURED[0]}")
