@@ -23,6 +23,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from engine.contract import KVPolicy
+
 logger = logging.getLogger(__name__)
 
 
@@ -42,10 +44,9 @@ class LiveSetting:
     carried: dict[str, Carried] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.window_tokens < 1:
-            raise ValueError(f"window {self.window_tokens} must be ≥ 1 token")
-        if not 0 <= self.sink_tokens < self.window_tokens:
-            raise ValueError(f"sinks {self.sink_tokens} must be in [0, W={self.window_tokens})")
+        # KVPolicy's rule for W and S (the one definition), checked again in the engine core:
+        # the setting arrives here as two integers over vLLM's utility call.
+        KVPolicy("window", self.window_tokens, self.sink_tokens)
 
 
 def row_carry(setting: LiveSetting, num_reqs: int, sink_blocks: int):
