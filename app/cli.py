@@ -52,28 +52,35 @@ def _positive_float(text: str) -> float:
 
 
 def _run_arguments(run: argparse.ArgumentParser) -> None:
-    """The settings of one run: `metronome run` and `metronome forecast` share them."""
+    """The settings of one run: `metronome run` and `metronome forecast` share them. Every
+    default is RunConfig's own (one definition; the Load page's form reads them too)."""
+    from dataclasses import fields
+
+    from runtime.config import RunConfig
+
+    d = {f.name: f.default for f in fields(RunConfig)}
     run.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    run.add_argument("--engine", choices=["vllm", "twin"], default="vllm")
-    run.add_argument("--model", default="tiny", help="tiny, smollm2 or a local model folder")
+    run.add_argument("--engine", choices=["vllm", "twin"], default=d["engine"])
+    run.add_argument("--model", default=d["model"], help="tiny, smollm2 or a local model folder")
     run.add_argument("--db", default=None, help="DuckDB file (default: $METRONOME_DB or metronome.duckdb)")
     # Load fields default to None ("not given"): a replay takes the recording's for those.
-    run.add_argument("--seed", type=int, default=None, help="default 0; replay: the recording's")
-    run.add_argument("--policy", choices=["unbounded", "window"], default="unbounded")
+    run.add_argument("--seed", type=int, default=None,
+                     help=f"default {d['seed']}; replay: the recording's")
+    run.add_argument("--policy", choices=["unbounded", "window"], default=d["policy"])
     run.add_argument("--window", type=int, default=None, help="window tokens (policy window)")
-    run.add_argument("--sinks", type=int, default=0, help="attention-sink tokens")
-    run.add_argument("--block-size", type=int, default=32)
-    run.add_argument("--pool-blocks", type=int, default=256)
+    run.add_argument("--sinks", type=int, default=d["sinks"], help="attention-sink tokens")
+    run.add_argument("--block-size", type=int, default=d["block_size"])
+    run.add_argument("--pool-blocks", type=int, default=d["pool_blocks"])
     run.add_argument("--max-model-len", type=int, default=None)
     run.add_argument("--frame-ms", type=_positive_float, default=None,
-                     help="default 80; replay: the recording's")
+                     help=f"default {d['frame_ms']:g}; replay: the recording's")
     run.add_argument("--budget-ms", type=_positive_float, default=None)
-    run.add_argument("--tokens-in", type=int, default=None, help="default 16")
-    run.add_argument("--tokens-out", type=int, default=None, help="default 4")
+    run.add_argument("--tokens-in", type=int, default=None, help=f"default {d['tokens_in']}")
+    run.add_argument("--tokens-out", type=int, default=None, help=f"default {d['tokens_out']}")
     run.add_argument("--wait-budget", type=_positive_float, default=None,
                      help="gateway mode: answer an empty frame after F·budget")
     run.add_argument("--load", choices=["fixed", "ramp", "poisson", "wav", "mic", "replay"],
-                     default="fixed", help="wav: replay --wav-dir; mic: one live session; "
+                     default=d["load"], help="wav: replay --wav-dir; mic: one live session; "
                                            "replay: --replay-run or --replay-trace")
     run.add_argument("--wav-dir", default=None,
                      help="load wav: folder of .wav files; session i replays file i mod count")
@@ -87,29 +94,33 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--replay-trace", default=None, metavar="PATH",
                      help="load replay: a CSV or Parquet trace (session_id, start_s, end_s, "
                           "tokens_in, tokens_out; a row per session or per frame)")
-    run.add_argument("--sessions", type=int, default=None, help="default 8")
+    run.add_argument("--sessions", type=int, default=None, help=f"default {d['sessions']}")
     run.add_argument("--arrival-rate", type=_positive_float, default=None)
     run.add_argument("--session-s", type=_positive_float, default=None)
     run.add_argument("--duration", type=_positive_float, default=None,
-                     help="seconds (default 10)")
+                     help=f"seconds (default {d['duration_s']:g})")
     run.add_argument("--stagger", action="store_true", default=None,
                      help="phase-stagger session frames")
     run.add_argument("--paced", action="store_true",
                      help="twin only: run in wall-clock time (demos, soak tests)")
     run.add_argument("--admission", choices=["off", "fixed", "aimd", "gradient"],
-                     default="fixed", help="fixed (or off, the CLI contract's name): cap at "
+                     default=d["admission"], help="fixed (or off, the CLI contract's name): cap at "
                      "--sessions; aimd/gradient: steer the cap by frame latency")
-    run.add_argument("--target", type=_positive_float, default=0.8)
-    run.add_argument("--stall-guard", choices=["on", "off"], default="off")
-    run.add_argument("--memory-guard", choices=["on", "off"], default="off",
+    run.add_argument("--target", type=_positive_float, default=d["target"])
+    run.add_argument("--stall-guard", choices=["on", "off"],
+                     default="on" if d["stall_guard"] else "off")
+    run.add_argument("--memory-guard", choices=["on", "off"],
+                     default="on" if d["memory_guard"] else "off",
                      help="refuse sessions the pool could not hold for their lifetime")
     run.add_argument("--change", action="append", default=[], metavar="AT:KEY=VALUE",
                      help="change a setting live at AT seconds, as the Controls page does "
                           "(repeatable): window, sinks, policy, target, limit, stall_guard; "
                           "e.g. --change 5:window=32 --change 10:target=0.5")
-    run.add_argument("--data-parallel-size", type=int, default=1, metavar="N",
+    run.add_argument("--data-parallel-size", type=int, default=d["data_parallel_size"],
+                     metavar="N",
                      help="data-parallel ranks, each with its own pool of --pool-blocks")
-    run.add_argument("--placement", choices=["engine", "count", "headroom"], default="engine",
+    run.add_argument("--placement", choices=["engine", "count", "headroom"],
+                     default=d["placement"],
                      help="where a new session goes with data parallelism: the engine's own "
                           "balancer, fewest sessions, or the rank whose pool fills last")
     run.add_argument("--vllm-arg", action="append", default=[], metavar="KEY=VALUE",

@@ -15,6 +15,7 @@ from app.engine_host import RunHost, one_line
 from control.limits import LIMITS, AIMDConfig, GradientConfig
 from engine.contract import POLICIES
 from runtime import RunConfig
+from runtime.config import SUGGESTED_WINDOW_TOKENS
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,8 @@ def policy_section(host: RunHost, config: RunConfig) -> None:
     with st.form("form_policy"):
         policy = st.selectbox("Policy", POLICIES, key="ctl_policy",
                               index=POLICIES.index(config.policy))
-        window = st.number_input("W: window tokens", value=config.window or 256, step=32,
+        window = st.number_input("W: window tokens",
+                                 value=config.window or SUGGESTED_WINDOW_TOKENS, step=32,
                                  key="ctl_window")
         sinks = st.number_input("S: sink tokens", value=config.sinks, step=1, key="ctl_sinks")
         if st.form_submit_button("Apply KV policy", key="apply_policy"):

@@ -14,7 +14,7 @@ from app.views import engine_label
 from engine.contract import POLICIES
 from engine.models import NAMED_MODELS
 from runtime import ADMISSIONS, ENGINES, RunConfig
-from runtime.config import MIN_FRAME_MS
+from runtime.config import MIN_FRAME_MS, SUGGESTED_WINDOW_TOKENS
 
 SYNTHETIC_LOADS = ("fixed", "ramp", "poisson")
 
@@ -29,6 +29,8 @@ def load_choices() -> list[str]:
 
 
 def settings_widgets() -> dict:
+    """Every field starts at RunConfig's own default (one definition; the CLI reads them too)."""
+    default = {f.name: f.default for f in fields(RunConfig)}
     a, b, c = st.columns(3)
     engine = a.selectbox("Engine", ENGINES, format_func=engine_label, key="engine")
     model = b.selectbox("Model", NAMED_MODELS, key="model")
@@ -38,28 +40,31 @@ def settings_widgets() -> dict:
     a, b, c = st.columns(3)
     policy = a.selectbox("KV policy", POLICIES, key="policy")
     window = b.number_input(
-        "W: window tokens", value=256, step=32, key="window",
+        "W: window tokens", value=SUGGESTED_WINDOW_TOKENS, step=32, key="window",
         help="Used with policy window. Kept KV is whole blocks (sinks + window from its first "
              "kept block), so it is not token-exact [0,S) ∪ (t−W, t].")
-    sinks = c.number_input("S: sink tokens", value=0, step=1, key="sinks",
+    sinks = c.number_input("S: sink tokens", value=default["sinks"], step=1, key="sinks",
                            help="Used with policy window: the session's first tokens, kept.")
     a, b, c = st.columns(3)
-    frame_ms = a.number_input("Frame period (ms)", value=80.0, step=10.0, key="frame_ms",
+    frame_ms = a.number_input("Frame period (ms)", value=default["frame_ms"], step=10.0,
+                              key="frame_ms",
                               min_value=MIN_FRAME_MS)  # RunConfig refuses shorter periods
-    pool_blocks = b.number_input("Pool blocks", value=256, step=32, key="pool_blocks")
-    duration_s = c.number_input("Duration (s)", value=10.0, step=5.0, key="duration_s")
+    pool_blocks = b.number_input("Pool blocks", value=default["pool_blocks"], step=32,
+                                 key="pool_blocks")
+    duration_s = c.number_input("Duration (s)", value=default["duration_s"], step=5.0,
+                                key="duration_s")
     st.markdown("**Load**")
     a, b, c = st.columns(3)
     load = a.selectbox("Shape", load_choices(), key="load",
                        help="fixed: N sessions at once; ramp and Poisson: N offered over time.")
-    sessions = b.number_input("Sessions N", value=8, step=1, key="sessions")
+    sessions = b.number_input("Sessions N", value=default["sessions"], step=1, key="sessions")
     arrival_rate = c.number_input("Arrival rate (sessions/s)", value=None, step=0.5,
                                   key="arrival_rate", placeholder="auto",
                                   help="ramp and Poisson arrivals")
     a, b, c = st.columns(3)
     session_s = a.number_input("Session length (s)", value=None, step=1.0, key="session_s",
                                placeholder="whole run")
-    seed = b.number_input("Seed", value=0, step=1, key="seed")
+    seed = b.number_input("Seed", value=default["seed"], step=1, key="seed")
     wait_budget = c.number_input(
         "Wait budget (fraction of the frame budget)", value=None, step=0.1, key="wait_budget",
         placeholder="off", help="Gateway mode: answer an empty frame after this fraction of "
@@ -69,7 +74,8 @@ def settings_widgets() -> dict:
     st.markdown("**Admission and guards**")
     a, b, c, d = st.columns(4)
     admission = a.selectbox("Admission", ADMISSIONS, key="admission")
-    target = b.number_input("Target (fraction of budget)", value=0.8, step=0.05, key="target")
+    target = b.number_input("Target (fraction of budget)", value=default["target"], step=0.05,
+                            key="target")
     stall_guard = c.selectbox("Stall guard", ["off", "on"], key="stall_guard")
     memory_guard = d.selectbox("Memory guard", ["off", "on"], key="memory_guard")
     windowed = policy == "window"

@@ -21,6 +21,9 @@ MIN_FRAME_MS = 10.0
 # The store keeps seeds, block and token counts in 32-bit INTEGER columns (store/schema.py):
 # validation admits only what those columns hold, so a run's row is never refused.
 INT32_MAX = 2**31 - 1
+# The W a form offers first when an operator picks policy window (RunConfig has no default W:
+# a windowed run must say its window).
+SUGGESTED_WINDOW_TOKENS = 256
 # What a scheduled change may set, and how its value is read from text.
 CHANGE_KEYS = ("window", "sinks", "policy", "target", "limit", "stall_guard")
 
