@@ -72,5 +72,5 @@ def pytest_terminal_summary(terminalreporter) -> None:
         pass
     wide = sorted(f for f in host_cpu_flags() if f in ("avx2", "avx512f", "avx512_bf16",
                                                        "amx_bf16"))
-    terminalreporter.write_line(f"vLLM machine: {model}, {os.cpu_count()} cores, "
+    terminalreporter.write_line(f"vLLM machine: {model}, {len(os.sched_getaffinity(0))} cores, "
                                 f"{' '.join(wide) or 'no AVX2'}; {_MEASURED[0]}")
