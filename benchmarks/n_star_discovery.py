@@ -33,6 +33,10 @@ def main() -> None:
                         help="sessions offered at once (rate × session length) per N_c")
     parser.add_argument("--open-budget", type=int, default=2, help="session opens per tick")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steady-s", type=float, default=0.0,
+                        help="also measure N_c steadily: fixed loads of this many seconds "
+                             "each (bisected, one engine), judged from their 3rd second on "
+                             "(0: off)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -74,6 +78,8 @@ def main() -> None:
             "FROM ticks WHERE run_id = ? AND t >= ? AND p95_ms IS NOT NULL",
             [calibration.TARGET_FRACTION * cal.frame_ms, summary["run_id"],
              args.duration / 3]).fetchone()
+        steady = None if args.steady_s <= 0 else steady_n_c(
+            args, cal, store, hi=2 * max(cal.n_c, rep["n_star"] or 1))
     finally:
         store.close()
     held = ("never settled at the target" if rep["n_star"] is None else
@@ -91,9 +97,53 @@ def main() -> None:
               f"{after[3]:.0f}–{after[4]:.0f} ms (5th–95th) against the "
               f"{calibration.TARGET_FRACTION * cal.frame_ms:.0f} ms target, "
               f"{after[5]:.0%} of ticks over it")
+    if steady is not None:
+        n_c, probes = steady
+        ratio = "—" if rep["n_star"] is None or not n_c else f"{rep['n_star'] / n_c:.2f}"
+        print(f"steady N_c = {n_c} ({args.steady_s:g} s fixed loads: " + ", ".join(
+            f"{n}: {ok_share:.1%} ≤ target, {silent:.2%} silent" for n, ok_share, silent in probes)
+            + f"); N*/steady N_c = {ratio}")
     print(f"p95 = {rep['p95'] or '—'}; final cap {summary['final_limit']}, admitted "
           f"{rep['admitted']}, rejected {rep['rejected']}, opens deferred "
           f"{summary['opens_deferred']}; {time.monotonic() - t0:.0f} s in all")
+
+
+def steady_n_c(args, cal, store, hi: int) -> tuple[int, list]:
+    """The largest fixed load whose frames from the 3rd second on are ≥ 95 % within the target
+    (a censored p95 ≤ target) with ≤ 1 % silent: the calibration's rule, on runs as long as the
+    stretch N* is judged over instead of 3-second probes. Bisected in [1, hi] on one engine."""
+    from dataclasses import replace
+
+    from app import calibration
+    from runtime import execute, make_engine
+
+    target_ms = calibration.TARGET_FRACTION * cal.frame_ms
+    base = replace(calibration.probe_base(args.engine, args.model, args.steady_s),
+                   frame_ms=cal.frame_ms, pool_blocks=hi * (cal.window_tokens // cal.block_size
+                                                           + 2) + 1)
+    engine = make_engine(base, store)
+    probes, lo, best = [], 1, 0
+    try:
+        execute(replace(base, sessions=1, duration_s=1.0), store, engine)  # warm-up, discarded
+        while lo <= hi:
+            n = (lo + hi) // 2
+            summary = execute(replace(base, sessions=n), store, engine)
+            store.writer.flush()
+            ok_share, silent = store.cursor().execute(
+                "SELECT avg(CASE WHEN NOT silent AND latency_ms <= ? THEN 1.0 ELSE 0.0 END), "
+                "avg(CASE WHEN silent THEN 1.0 ELSE 0.0 END) FROM frames "
+                "WHERE run_id = ? AND t_submit >= 3.0", [target_ms, summary["run_id"]]
+            ).fetchone()
+            probes.append((n, ok_share or 0.0, silent or 0.0))
+            print(f"steady probe: {n} sessions, {probes[-1][1]:.1%} within {target_ms:.0f} ms, "
+                  f"{probes[-1][2]:.2%} silent", flush=True)
+            if (ok_share or 0.0) >= 0.95 and (silent or 0.0) <= calibration.MAX_SILENT_RATE:
+                best, lo = n, n + 1
+            else:
+                hi = n - 1
+    finally:
+        engine.shutdown()
+    return best, sorted(probes)
 
 
 if __name__ == "__main__":
