@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from engine.contract import KVPolicy
+
 SINK_TOKENS_ENV = "METRONOME_SINK_TOKENS"
 WINDOW_TOKENS_ENV = "METRONOME_WINDOW_TOKENS"
 
@@ -31,7 +33,9 @@ def configured() -> tuple[int, int] | None:
     sinks = int(os.environ.get(SINK_TOKENS_ENV) or 0)
     if window <= 0:
         return None
-    if not 0 <= sinks < window:
-        raise ValueError(f"{SINK_TOKENS_ENV}={sinks} must be in [0, "
-                         f"{WINDOW_TOKENS_ENV}={window})")
+    try:  # KVPolicy's rule for W and S (its one definition), on what the environment says
+        KVPolicy("window", window, sinks)
+    except ValueError as exc:
+        raise ValueError(f"{WINDOW_TOKENS_ENV}={window} {SINK_TOKENS_ENV}={sinks}: {exc}") \
+            from None
     return window, sinks
