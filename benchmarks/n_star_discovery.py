@@ -33,6 +33,8 @@ def main() -> None:
                         help="sessions offered at once (rate × session length) per N_c")
     parser.add_argument("--open-budget", type=int, default=2, help="session opens per tick")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--control-interval", type=float, default=None,
+                        help="seconds per control sample (default: RunConfig's)")
     parser.add_argument("--steady-s", type=float, default=0.0,
                         help="also measure N_c steadily: fixed loads of this many seconds "
                              "each (bisected, one engine), judged from their 3rd second on "
@@ -63,7 +65,8 @@ def main() -> None:
                          frame_ms=cal.frame_ms, tokens_in=cal.tokens_in,
                          tokens_out=cal.tokens_out, block_size=cal.block_size,
                          target=calibration.TARGET_FRACTION, open_budget=args.open_budget,
-                         seed=args.seed)
+                         seed=args.seed, **({} if args.control_interval is None else
+                                            {"control_interval_s": args.control_interval}))
         (config,) = experiments.n_star(base, cal.window_tokens, cal.sink_tokens)
         summary = execute(config, store)
         store.writer.flush()
@@ -86,7 +89,8 @@ def main() -> None:
             f"from {rep['n_star_at_s']:.1f} s for {rep['n_star_for_s']:.1f} s")
     silent = "—" if rep["silent_at_cap"] is None else f"{rep['silent_at_cap']:.2%}"
     print(f"N* discovery ({args.engine}): Poisson {rate}/s × {args.session_s:g} s sessions, "
-          f"{args.duration:g} s, pool {pool}, open budget {args.open_budget}")
+          f"{args.duration:g} s, pool {pool}, open budget {args.open_budget}, control interval "
+          f"{config.control_interval_s:g} s")
     print(f"N* = {rep['n_star'] if rep['n_star'] is not None else '—'} ({held})")
     print(f"N_c = {rep['n_c']}")
     ratio = "—" if rep["ratio"] is None else f"{rep['ratio']:.2f}"

@@ -62,7 +62,7 @@ def run_series(configs: Iterable[RunConfig], store, *,
             before(index, config)
         engine = engine_factory(config, store)
         try:
-            summaries.append(Runner(config, engine, store).run())
+            summaries.append(execute(config, store, engine))
         finally:
             engine.shutdown()
         if after is not None:
