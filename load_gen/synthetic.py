@@ -83,7 +83,7 @@ class LoadConfig:
                              "or --replay-trace (a CSV or Parquet file)")
 
 
-def _replayed(load: LoadConfig, trace):
+def _replayed(trace):
     if trace is None:
         raise ValueError("a replay load offers its trace: read it first (runtime.replay)")
     return trace
@@ -94,7 +94,7 @@ def arrival_times(cfg: LoadConfig, trace=None) -> list[float]:
     session-id order: the runtime numbers sessions by their index here. A replay load's come
     from its `trace` (load_gen.replay.ReplayTrace)."""
     if cfg.kind == "replay":
-        return list(_replayed(cfg, trace).arrivals)
+        return list(_replayed(trace).arrivals)
     if cfg.kind == "gateway":
         return []  # clients arrive when they connect (runtime/remote.py)
     return planned_arrivals(cfg.kind, cfg.sessions, cfg.arrival_rate, cfg.duration_s, cfg.seed,
@@ -107,7 +107,7 @@ def make_frame_source(load: LoadConfig, session_id: int, vocab_size: int,
     if load.kind == "replay":
         from load_gen.replay import ReplayFrames
 
-        return ReplayFrames(_replayed(load, trace), session_id, load.seed, vocab_size)
+        return ReplayFrames(_replayed(trace), session_id, load.seed, vocab_size)
     if load.kind == "gateway":
         raise ValueError("a gateway session's frames come from its client (load_gen.remote)")
     if load.kind not in AUDIO_LOADS:
