@@ -104,9 +104,10 @@ def main() -> None:
     if steady is not None:
         n_c, probes = steady
         ratio = "—" if rep["n_star"] is None or not n_c else f"{rep['n_star'] / n_c:.2f}"
-        print(f"steady N_c = {n_c} ({args.steady_s:g} s fixed loads: " + ", ".join(
-            f"{n}: {ok_share:.1%} ≤ target, {silent:.2%} silent" for n, ok_share, silent in probes)
-            + f"); N*/steady N_c = {ratio}")
+        loads = ", ".join(f"{n}: {ok_share:.1%} ≤ target, {silent:.2%} silent"
+                          for n, ok_share, silent in probes)
+        print(f"steady N_c = {n_c} ({args.steady_s:g} s fixed loads: {loads}); "
+              f"N*/steady N_c = {ratio}")
     print(f"p95 = {rep['p95'] or '—'}; final cap {summary['final_limit']}, admitted "
           f"{rep['admitted']}, rejected {rep['rejected']}, opens deferred "
           f"{summary['opens_deferred']}; {time.monotonic() - t0:.0f} s in all")

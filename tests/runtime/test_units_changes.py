@@ -106,7 +106,8 @@ def test_a_refused_kv_change_leaves_the_old_policy_and_says_why():
     engine.resolve(False)
     changes.apply_pending(1.08)
     (rejected,) = rec.writer.events("param_rejected")
-    assert rejected["reason"] == "RuntimeError: the engine refused it" and rejected["setting"] == "policy"
+    assert rejected["reason"] == "RuntimeError: the engine refused it"
+    assert rejected["setting"] == "policy"
     assert engine.policy.window_tokens == 128 and followed == []
 
 
