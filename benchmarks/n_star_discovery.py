@@ -5,6 +5,8 @@ frames at the cap and the p95 (censored printed as "> budget").
 
     .venv/bin/python benchmarks/n_star_discovery.py --engine twin
     .venv/bin/python benchmarks/n_star_discovery.py --engine vllm --duration 120 --session-s 60
+    .venv/bin/python benchmarks/n_star_discovery.py --engine vllm --steady-s 20 \
+        --control-interval 3     # also N_c from 20 s fixed loads; 3 s control samples
 
 Prints only; the figures for docs/BENCHMARKS.md are copied from vLLM runs with the command.
 """
