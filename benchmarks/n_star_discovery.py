@@ -141,10 +141,14 @@ def steady_n_c(args, cal, store, hi: int) -> tuple[int, list]:
                 "avg(CASE WHEN silent THEN 1.0 ELSE 0.0 END) FROM frames "
                 "WHERE run_id = ? AND t_submit >= 3.0", [target_ms, summary["run_id"]]
             ).fetchone()
-            probes.append((n, ok_share or 0.0, silent or 0.0))
-            print(f"steady probe: {n} sessions, {probes[-1][1]:.1%} within {target_ms:.0f} ms, "
-                  f"{probes[-1][2]:.2%} silent", flush=True)
-            if (ok_share or 0.0) >= 0.95 and (silent or 0.0) <= calibration.MAX_SILENT_RATE:
+            if ok_share is None:  # no frame after the 3rd second: unknown, so not served
+                print(f"steady probe: {n} sessions, no frames to judge", flush=True)
+                hi = n - 1
+                continue
+            probes.append((n, ok_share, silent))
+            print(f"steady probe: {n} sessions, {ok_share:.1%} within {target_ms:.0f} ms, "
+                  f"{silent:.2%} silent", flush=True)
+            if ok_share >= 0.95 and silent <= calibration.MAX_SILENT_RATE:
                 best, lo = n, n + 1
             else:
                 hi = n - 1
