@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from control.window import MAX_SILENT_SHARE  # a probe with more silent frames is over the limit
 from engine.twin import CostModel, analytic_n_star, fit_cost_model
 from runtime import RunConfig, execute, latest_cost_model, make_engine
 from store import Store, calibrations, queries
@@ -44,7 +45,6 @@ DEMO_MIN_SESSIONS = 4  # fewer make no convincing cliff vs slope pair
 FIRST_PROBE_SESSIONS = 2
 WARM_UP_FRAMES = 12  # a discarded run before the first probe (about 1 s at 80 ms)
 N_MAX = 128  # the calibration pool holds this many windowed sessions
-MAX_SILENT_RATE = 0.01  # a probe with more silent frames than this is over the limit
 # The frame and window every probe (and the demo) uses: the defaults of a run.
 FRAME = {"frame_ms": 80.0, "tokens_in": 16, "tokens_out": 4, "block_size": 32,
          "window": 128, "sinks": 0}
@@ -294,7 +294,7 @@ class _Search:
         p95 = None if s["p95_censored"] or s["p95_ms"] is None else float(s["p95_ms"])
         silent = float(s["silent_rate"] or 0.0)
         ok = s["status"] == "finished" and p95 is not None and p95 <= target_ms \
-            and silent <= MAX_SILENT_RATE
+            and silent <= MAX_SILENT_SHARE
         found[n] = (n, p95, silent, ok)
         self.probes.append((n, p95, silent, ok, frame_ms))
         logger.info("calibration probe at %g ms: %d sessions, p95 %s ms, silent %.1f%% → %s",

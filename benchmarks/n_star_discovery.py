@@ -122,6 +122,7 @@ def steady_n_c(args, cal, store, hi: int) -> tuple[int, list]:
     from dataclasses import replace
 
     from app import calibration
+    from control.window import MAX_SILENT_SHARE
     from runtime import execute, make_engine
 
     target_ms = calibration.TARGET_FRACTION * cal.frame_ms
@@ -148,7 +149,7 @@ def steady_n_c(args, cal, store, hi: int) -> tuple[int, list]:
             probes.append((n, ok_share, silent))
             print(f"steady probe: {n} sessions, {ok_share:.1%} within {target_ms:.0f} ms, "
                   f"{silent:.2%} silent", flush=True)
-            if ok_share >= 0.95 and silent <= calibration.MAX_SILENT_RATE:
+            if ok_share >= 0.95 and silent <= MAX_SILENT_SHARE:
                 best, lo = n, n + 1
             else:
                 hi = n - 1

@@ -1,9 +1,9 @@
 """Concurrency limits after Netflix concurrency-limits: a Limit holds the cap and takes samples;
 the admission gate (control.admission) admits against it.
 
-A Limit sees one aggregated sample per control interval (`WindowedLimit` does the
-aggregation), never raw frames: `on_sample(now, latency_ms, inflight, dropped)` where
-latency is the interval's p95 and `dropped` says a frame went silent."""
+A Limit sees one aggregated sample per control interval (`control.window.WindowedLimit` does
+the aggregation), never raw frames: `on_sample(now, latency_ms, inflight, dropped)` where
+latency is a p95 and `dropped` says too many frames went silent."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
-from control.signals import percentile
 
 LIMITS = ("fixed", "aimd", "gradient")
 
@@ -252,49 +251,3 @@ def make_limit(kind: str, budget_ms: float, cap: int, target_fraction: float,
     if kind == "fixed":
         return FixedLimit(int(overrides.get("limit", cap)))
     raise ValueError(f"limit {kind!r} is not one of {', '.join(LIMITS)}")
-
-
-class WindowedLimit:
-    """Feeds a Limit one sample per control interval: the interval's p95 frame latency, and
-    `dropped` when any frame went silent. Intervals with fewer than `min_samples` frames and no
-    drop are skipped (too little to say anything). The clock is whatever `now` callers pass."""
-
-    def __init__(self, limit: Limit, interval_s: float = 1.0, min_samples: int = 10) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"control interval {interval_s} s must be > 0")
-        if min_samples < 1:
-            raise ValueError(f"minimum sample count {min_samples} must be ≥ 1")
-        self.inner = limit
-        self.interval_s = interval_s
-        self.min_samples = min_samples
-        self._start: float | None = None
-        self._latencies: list[float] = []
-        self._dropped = False
-        self.last_p95_ms: float | None = None
-
-    @property
-    def limit(self) -> int:
-        return self.inner.limit
-
-    def set_limit(self, limit: Limit) -> None:
-        """Swap the inner limit live; the interval's samples so far go to the new one."""
-        self.inner = limit
-
-    def add(self, now: float, latency_ms: float, silent: bool) -> None:
-        if self._start is None:
-            self._start = now
-        self._latencies.append(latency_ms)
-        self._dropped = self._dropped or silent
-
-    def maybe_sample(self, now: float, inflight: int) -> bool:
-        """Close the interval if it is over; True when the inner limit got a sample."""
-        if self._start is None or now - self._start < self.interval_s:
-            return False
-        samples, dropped = self._latencies, self._dropped
-        self._start, self._latencies, self._dropped = now, [], False
-        if len(samples) < self.min_samples and not dropped:
-            return False
-        p95 = percentile(samples, 0.95) if samples else math.inf
-        self.last_p95_ms = p95
-        self.inner.on_sample(now, p95, inflight, dropped)
-        return True

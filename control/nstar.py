@@ -123,8 +123,8 @@ class NStarTracker:
         return current if current is not None else self._last
 
     def add(self, t_s: float, live: int, cap: int, p95_ms: float, target_ms: float) -> None:
-        """One control sample: the interval's p95 (math.inf when censored), the live count and
-        the cap the limit set from it, and the latency target in force."""
+        """One control sample: its p95 (math.inf when censored), the live count and the cap
+        the limit set from it, and the latency target in force."""
         if target_ms <= 0:
             raise ValueError(f"target {target_ms} ms must be > 0")
         over = not (math.isfinite(p95_ms) and p95_ms <= target_ms * (1 + self.tolerance))

@@ -26,7 +26,8 @@ import time
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 
-from control.limits import Limit, WindowedLimit, check_target, make_limit
+from control.limits import Limit, check_target, make_limit
+from control.window import WindowedLimit
 from engine.contract import Engine, KVPolicy
 from runtime.config import RunConfig
 from runtime.record import Recorder

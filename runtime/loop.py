@@ -25,7 +25,7 @@ import threading
 import uuid
 
 from control.admission import Gate, MemoryGuard, MemoryGuardConfig
-from control.limits import Limit, WindowedLimit, make_limit
+from control.limits import Limit, make_limit
 from control.nstar import NStarTracker
 from control.placement import Placer
 from engine.contract import Engine
@@ -76,7 +76,7 @@ class Runner:
         self._frame_s = config.frame_s
 
         limit = make_limit(config.admission, config.budget, config.sessions, config.target)
-        self.control = WindowedLimit(limit, config.control_interval_s, min_samples=5)
+        self.control = config.windowed_limit(limit)
         guard = MemoryGuard(MemoryGuardConfig()) if config.memory_guard else None
         self.gate = Gate(limit, guard)
         # N* from the same samples the limit sees; a cap at `sessions` is the offer's ceiling.

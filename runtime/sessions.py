@@ -177,8 +177,9 @@ class Sessions:
                 handle: FrameHandle | None, now: float, closing: str | None = None) -> None:
         row = self.recorder.frame(session.session_id, idx, t_sub_rel, handle, now, closing,
                                   session.rank, session.origin)
-        # A censored frame is a drop for the limit whatever its bound says (silent or late).
-        self.control.add(now, row["latency_bound_ms"], row["silent"] or row["censored"])
+        # A late frame's bound (≥ the budget) is over any target, so it counts in the p95; a
+        # silent one counts there and in the silent share that makes a drop.
+        self.control.add(now, row["latency_bound_ms"], row["silent"])
 
     # --- what a tick reads --------------------------------------------------------------------
     @staticmethod

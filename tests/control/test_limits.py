@@ -4,8 +4,9 @@ import pytest
 
 from control.admission import Gate, MemoryGuard, MemoryGuardConfig, MemorySignals
 from control.limits import (AIMDConfig, AIMDLimit, FixedLimit, GradientConfig, GradientLimit,
-                            Limit, WindowedLimit, make_limit)
+                            Limit, make_limit)
 from control.signals import OccupancyTracker
+from control.window import WindowedLimit
 
 
 def test_aimd_backs_off_on_drop_and_grows_near_the_cap():
@@ -45,22 +46,6 @@ def test_gradient_shrinks_with_latency_and_probes_up_with_headroom():
     assert smooth.on_sample(0, 160, 16, False) == 14  # 16 − 0.25·8
     with pytest.raises(ValueError, match="smoothing 0"):
         GradientConfig(smoothing=0)
-
-
-def test_windowed_limit_feeds_one_p95_per_interval_with_a_minimum_count():
-    inner = AIMDLimit(AIMDConfig(initial=4, max_limit=10), budget_ms=100)
-    seen = []
-    inner.on_sample = lambda now, lat, inflight, dropped: seen.append((now, lat, dropped))
-    win = WindowedLimit(inner, interval_s=1.0, min_samples=5)
-    for i in range(20):  # 20 frames in 0.95 s: interval not over yet
-        win.add(i * 0.05, float(i), silent=False)
-    assert not win.maybe_sample(0.95, inflight=4) and seen == []
-    assert win.maybe_sample(1.0, inflight=4)
-    assert seen[0][0] == 1.0 and math.isclose(seen[0][1], 18.05) and not seen[0][2]
-    win.add(1.1, 5.0, silent=False)  # too few, no drop: skipped
-    assert not win.maybe_sample(2.1, inflight=4) and len(seen) == 1
-    win.add(2.2, 5.0, silent=True)  # too few, but a silent frame always counts
-    assert win.maybe_sample(3.3, inflight=4) and seen[1][2] is True
 
 
 def test_memory_guard_projects_the_fill_over_the_lifetime():

@@ -9,7 +9,8 @@ from collections import defaultdict
 from concurrent.futures import Future
 
 from control.admission import Gate, MemoryGuard, MemoryGuardConfig
-from control.limits import WindowedLimit, make_limit
+from control.limits import make_limit
+from control.window import WindowedLimit
 from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats
 from runtime.config import RunConfig
 from runtime.record import Recorder
@@ -181,4 +182,4 @@ def gate(cfg: RunConfig, memory_guard: bool = False) -> Gate:
 
 
 def control(g: Gate, cfg: RunConfig) -> WindowedLimit:
-    return WindowedLimit(g.limit, cfg.control_interval_s, min_samples=5)
+    return cfg.windowed_limit(g.limit)

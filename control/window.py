@@ -1,0 +1,88 @@
+"""The control sample a Limit sees: frames aggregated per control interval over a sliding
+window (p95 latency, and whether too many went silent)."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from control.limits import Limit
+from control.signals import percentile
+
+# A control sample with more silent frames than this share is a drop: the same rule that says a
+# calibration probe is served (app/calibration.py), so the cap is judged as N_c is.
+MAX_SILENT_SHARE = 0.01
+
+
+class WindowedLimit:
+    """Feeds a Limit one sample per control interval, judged over the frames of the last
+    `window_intervals` intervals (a sliding window; 1: the interval alone): their p95 frame
+    latency, and `dropped` when more than `max_silent_share` of them went silent (0.0: any).
+    Samples with fewer than `min_samples` frames and no silent one are skipped (too little to
+    say anything). The clock is whatever `now` callers pass.
+
+    Why a window longer than the interval: at 80 ms frames a 1 s interval holds 12.5 ticks, so
+    one slow tick (a session opening, a noisy neighbour) is 8 % of its frames and moves its p95
+    by itself, and one silent frame in ~100 is a "drop". Judged over 3 s the same tick is 2.7 %
+    and a drop means more than 1 % silent, the rule N_c is calibrated by; a sustained overload
+    still shows within one interval (a p95 crosses once 5 % of the window is over). After a cut
+    the window restarts from the frames after it."""
+
+    def __init__(self, limit: Limit, interval_s: float = 1.0, min_samples: int = 10,
+                 window_intervals: int = 1, max_silent_share: float = 0.0) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"control interval {interval_s} s must be > 0")
+        if min_samples < 1:
+            raise ValueError(f"minimum sample count {min_samples} must be ≥ 1")
+        if not 1 <= window_intervals <= 600:
+            raise ValueError(f"control window of {window_intervals} intervals must be in "
+                             "[1, 600]")
+        if not 0 <= max_silent_share < 1:
+            raise ValueError(f"silent share {max_silent_share} must be in [0, 1)")
+        self.inner = limit
+        self.interval_s = interval_s
+        self.min_samples = min_samples
+        self.max_silent_share = max_silent_share
+        self._start: float | None = None
+        self._latencies: list[float] = []
+        self._silent = 0
+        # The closed intervals still in the window: (latencies, silent count).
+        self._closed: deque[tuple[list[float], int]] = deque(maxlen=window_intervals)
+        self.last_p95_ms: float | None = None
+
+    @property
+    def limit(self) -> int:
+        return self.inner.limit
+
+    def set_limit(self, limit: Limit) -> None:
+        """Swap the inner limit live; the window's samples so far go to the new one."""
+        self.inner = limit
+
+    def add(self, now: float, latency_ms: float, silent: bool) -> None:
+        if self._start is None:
+            self._start = now
+        self._latencies.append(latency_ms)
+        self._silent += bool(silent)
+
+    def maybe_sample(self, now: float, inflight: int) -> bool:
+        """Close the interval if it is over; True when the inner limit got a sample."""
+        if self._start is None or now - self._start < self.interval_s:
+            return False
+        self._closed.append((self._latencies, self._silent))
+        self._start, self._latencies, self._silent = now, [], 0
+        samples = [x for latencies, _ in self._closed for x in latencies]
+        silent = sum(count for _, count in self._closed)
+        if len(samples) < self.min_samples and not silent:
+            return False
+        dropped = silent > self.max_silent_share * len(samples)
+        p95 = percentile(samples, 0.95) if samples else math.inf
+        self.last_p95_ms = p95
+        before = self.inner.limit
+        self.inner.on_sample(now, p95, inflight, dropped)
+        if self.inner.limit < before:
+            # After a cut the window starts again: the next samples judge only frames the new
+            # cap could have shaped. (Kept, the frames from before it would read as over the
+            # target for a whole window more, and an anchored cut would follow live down as
+            # sessions leave: on the twin, AIMD then held live ~10 % under N*.)
+            self._closed.clear()
+        return True
