@@ -70,13 +70,15 @@ def n_star_report(summary: dict, n_c: int | None, silent_at_cap: float | None) -
             "rejected": summary["rejected"], "admitted": summary["admitted"]}
 
 
-def silent_at_cap(cur, summary: dict, interval_s: float = 1.0) -> float | None:
-    """The silent share of frames submitted over the stretch N* was held (None: no N*)."""
+def silent_at_cap(cur, summary: dict) -> float | None:
+    """The silent share of the frames N*'s stretch judged (None: no N*): from one control
+    window before its first sample (a run from before the window: one 1 s interval) to its end."""
     if summary.get("n_star") is None:
         return None
-    start = float(summary["n_star_at_s"]) - interval_s  # its first sample closed an interval
-    return rollup_marks.silent_share(cur, summary["run_id"], start,
-                                      start + interval_s + float(summary["n_star_for_s"]))
+    judged_s = float(summary.get("control_window_s") or 1.0)
+    end = float(summary["n_star_at_s"]) + float(summary["n_star_for_s"])
+    return rollup_marks.silent_share(cur, summary["run_id"],
+                                      float(summary["n_star_at_s"]) - judged_s, end)
 
 
 def converged_cap(ticks: pd.DataFrame) -> int | None:

@@ -7,6 +7,8 @@ frames at the cap and the p95 (censored printed as "> budget").
     .venv/bin/python benchmarks/n_star_discovery.py --engine vllm --duration 120 --session-s 60
     .venv/bin/python benchmarks/n_star_discovery.py --engine vllm --steady-s 20 \
         --control-interval 3     # also N_c from 20 s fixed loads; 3 s control samples
+    .venv/bin/python benchmarks/n_star_discovery.py --engine vllm --steady-s 20 --repeats 3
+        # three whole runs and the medians of their figures
 
 Prints only; the figures for docs/BENCHMARKS.md are copied from vLLM runs with the command.
 """
@@ -41,9 +43,41 @@ def main() -> None:
                         help="also measure N_c steadily: fixed loads of this many seconds "
                              "each (bisected, one engine), judged from their 3rd second on "
                              "(0: off)")
+    parser.add_argument("--control-window", type=float, default=None,
+                        help="seconds of frames each control sample judges (default: "
+                             "RunConfig's)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="whole runs (calibration, N*, steady N_c), seeds seed, seed+1, "
+                             "…; prints each run's figures, then their medians")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    runs = []
+    for k in range(args.repeats):
+        if args.repeats > 1:
+            print(f"=== run {k + 1} of {args.repeats} (seed {args.seed + k})", flush=True)
+        runs.append(one_run(args, args.seed + k))
+    if args.repeats > 1:
+        print_medians(runs)
 
+
+def print_medians(runs: list[dict]) -> None:
+    """Each figure's median over the runs (a run where it is unknown is left out, and said)."""
+    import statistics
+
+    print(f"=== medians over {len(runs)} runs")
+    for key, label in (("n_c", "calibrated N_c"), ("steady_n_c", "steady N_c"),
+                       ("n_star", "N*"), ("ratio", "N*/N_c"),
+                       ("steady_ratio", "N*/steady N_c"), ("silent_at_cap", "silent at the cap"),
+                       ("silent_rate", "silent, whole run")):
+        values = [r[key] for r in runs if r.get(key) is not None]
+        shown = ", ".join("—" if r.get(key) is None else f"{r[key]:.4g}" for r in runs)
+        median = f"{statistics.median(values):.4g}" if values else "—"
+        print(f"{label}: median {median} (runs: {shown})")
+
+
+def one_run(args, seed: int) -> dict:
+    """Calibrate, run N* discovery, and (with --steady-s) bisect the steady N_c; print the
+    figures and return them."""
     from app import calibration, demo, experiments
     from runtime import RunConfig, execute
     from store import Store
@@ -67,14 +101,15 @@ def main() -> None:
                          frame_ms=cal.frame_ms, tokens_in=cal.tokens_in,
                          tokens_out=cal.tokens_out, block_size=cal.block_size,
                          target=calibration.TARGET_FRACTION, open_budget=args.open_budget,
-                         seed=args.seed, **({} if args.control_interval is None else
-                                            {"control_interval_s": args.control_interval}))
+                         seed=seed, **({} if args.control_interval is None else
+                                       {"control_interval_s": args.control_interval}),
+                         **({} if args.control_window is None else
+                            {"control_window_s": args.control_window}))
         (config,) = experiments.n_star(base, cal.window_tokens, cal.sink_tokens)
         summary = execute(config, store)
         store.writer.flush()
         cur = store.cursor()
-        rep = experiments.n_star_report(summary, cal.n_c, experiments.silent_at_cap(
-            cur, summary, config.control_interval_s))
+        rep = experiments.n_star_report(summary, cal.n_c, experiments.silent_at_cap(cur, summary))
         # What the controller held after the climb (the last two thirds of the run): the live
         # range, and how far single intervals' p95 strayed from the target there.
         after = cur.execute(
@@ -92,7 +127,7 @@ def main() -> None:
     silent = "—" if rep["silent_at_cap"] is None else f"{rep['silent_at_cap']:.2%}"
     print(f"N* discovery ({args.engine}): Poisson {rate}/s × {args.session_s:g} s sessions, "
           f"{args.duration:g} s, pool {pool}, open budget {args.open_budget}, control interval "
-          f"{config.control_interval_s:g} s")
+          f"{config.control_interval_s:g} s, window {summary['control_window_s']:g} s")
     print(f"N* = {rep['n_star'] if rep['n_star'] is not None else '—'} ({held})")
     print(f"N_c = {rep['n_c']}")
     ratio = "—" if rep["ratio"] is None else f"{rep['ratio']:.2f}"
@@ -103,9 +138,13 @@ def main() -> None:
               f"{after[3]:.0f}–{after[4]:.0f} ms (5th–95th) against the "
               f"{calibration.TARGET_FRACTION * cal.frame_ms:.0f} ms target, "
               f"{after[5]:.0%} of ticks over it")
+    result = {**rep, "steady_n_c": None, "steady_ratio": None}
     if steady is not None:
         n_c, probes = steady
-        ratio = "—" if rep["n_star"] is None or not n_c else f"{rep['n_star'] / n_c:.2f}"
+        result["steady_n_c"] = n_c
+        result["steady_ratio"] = None if rep["n_star"] is None or not n_c else \
+            round(rep["n_star"] / n_c, 2)
+        ratio = "—" if result["steady_ratio"] is None else f"{result['steady_ratio']:.2f}"
         loads = ", ".join(f"{n}: {ok_share:.1%} ≤ target, {silent:.2%} silent"
                           for n, ok_share, silent in probes)
         print(f"steady N_c = {n_c} ({args.steady_s:g} s fixed loads: {loads}); "
@@ -113,6 +152,7 @@ def main() -> None:
     print(f"p95 = {rep['p95'] or '—'}; final cap {summary['final_limit']}, admitted "
           f"{rep['admitted']}, rejected {rep['rejected']}, opens deferred "
           f"{summary['opens_deferred']}; {time.monotonic() - t0:.0f} s in all")
+    return result
 
 
 def steady_n_c(args, cal, store, hi: int) -> tuple[int, list]:

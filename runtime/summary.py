@@ -102,6 +102,8 @@ def summarise(recorder: Recorder, cursor, engine: Engine, *, status: str, reason
         "evicted": tot.evicted, "rollovers": tot.rollovers,
         # Admitted sessions whose start waited for a tick with room in the open budget.
         "open_budget": cfg.open_budget, "opens_deferred": opens_deferred,
+        # Each control sample judged this many seconds of frames (control/window.py).
+        "control_window_s": max(cfg.control_window_s, cfg.control_interval_s),
         "frames": frames, "silent_frames": tot.silent,
         # Censored: no answer when finalised, latency unknown (≥ budget); a percentile whose
         # rank falls among them is null with its *_censored flag set: "> budget".
