@@ -26,7 +26,7 @@ class WindowedLimit:
     by itself, and one silent frame in ~100 is a "drop". Judged over 3 s the same tick is 2.7 %
     and a drop means more than 1 % silent, the rule N_c is calibrated by; a sustained overload
     still shows within one interval (a p95 crosses once 5 % of the window is over). After a cut
-    the window restarts from the frames after it."""
+    the window starts again, and the next sample waits until it is full."""
 
     def __init__(self, limit: Limit, interval_s: float = 1.0, min_samples: int = 10,
                  window_intervals: int = 1, max_silent_share: float = 0.0) -> None:
@@ -48,6 +48,7 @@ class WindowedLimit:
         self._silent = 0
         # The closed intervals still in the window: (latencies, silent count).
         self._closed: deque[tuple[list[float], int]] = deque(maxlen=window_intervals)
+        self._cut = False  # a cut was made and the window has not refilled since
         self.last_p95_ms: float | None = None
 
     @property
@@ -70,6 +71,9 @@ class WindowedLimit:
             return False
         self._closed.append((self._latencies, self._silent))
         self._start, self._latencies, self._silent = now, [], 0
+        if len(self._closed) < self._closed.maxlen and self._cut:
+            return False  # after a cut: no sample until the window holds only later frames
+        self._cut = False
         samples = [x for latencies, _ in self._closed for x in latencies]
         silent = sum(count for _, count in self._closed)
         if len(samples) < self.min_samples and not silent:
@@ -80,9 +84,11 @@ class WindowedLimit:
         before = self.inner.limit
         self.inner.on_sample(now, p95, inflight, dropped)
         if self.inner.limit < before:
-            # After a cut the window starts again: the next samples judge only frames the new
-            # cap could have shaped. (Kept, the frames from before it would read as over the
-            # target for a whole window more, and an anchored cut would follow live down as
-            # sessions leave: on the twin, AIMD then held live ~10 % under N*.)
+            # One cut per window (TCP's one cut per round trip): the next sample judges a whole
+            # window of frames the new cap could have shaped. Judged sooner, the frames from
+            # before the cut read as over the target a while longer (or a one-interval window
+            # is back to a single interval's spikes), and each anchored cut follows live down
+            # as sessions leave (on vLLM the cap fell from 9 to 3 while 10 sessions ended).
             self._closed.clear()
+            self._cut = True
         return True

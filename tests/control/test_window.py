@@ -30,12 +30,12 @@ def test_windowed_limit_feeds_one_p95_per_interval_with_a_minimum_count():
     assert win.maybe_sample(3.3, inflight=4) and seen[1][2] is True
 
 
-def _interval(win, start, frames=100, slow=0, silent=0, fast_ms=30.0, slow_ms=90.0):
+def _interval(win, start, frames=100, slow=0, silent=0, fast_ms=30.0, slow_ms=90.0, live=8):
     """One second of frames: `slow` of them at slow_ms, `silent` of those silent."""
     for i in range(frames):
         late = i < slow
         win.add(start + i / frames, slow_ms if late else fast_ms, silent=late and i < silent)
-    return win.maybe_sample(start + 1.0, inflight=8)
+    return win.maybe_sample(start + 1.0, inflight=live)
 
 
 def test_one_slow_tick_moves_a_one_interval_p95_but_not_a_three_interval_one():
@@ -85,15 +85,19 @@ def test_window_arguments_are_validated_and_a_run_builds_its_own():
     assert win._closed.maxlen == 6 and win.max_silent_share == MAX_SILENT_SHARE
 
 
-def test_after_a_cut_the_window_judges_only_the_frames_after_it():
+def test_one_cut_per_window_then_a_whole_window_of_frames_after_it():
     limit = AIMDLimit(AIMDConfig(initial=10, max_limit=20, target_fraction=0.5), budget_ms=100)
     win = WindowedLimit(limit, interval_s=1.0, min_samples=5, window_intervals=3)
     _interval(win, 0.0)
-    _interval(win, 1.0, slow=100)  # over the 50 ms target: cut to ⌊0.9 · 8⌋
+    assert _interval(win, 1.0, slow=100)  # over the 50 ms target: cut to ⌊0.9 · 8⌋
     assert limit.limit == 7 and win.last_p95_ms == 90.0
-    _interval(win, 2.0)  # the over interval left with the cut: at the target again
-    assert win.last_p95_ms == 30.0 and limit.limit == 9  # back to live, and a step up
-    _interval(win, 3.0, slow=100)  # cut to 7: the window starts again
-    _interval(win, 4.0, slow=100)  # over, but the cap stays at the anchor: no cut, no restart
-    _interval(win, 5.0)
-    assert win.last_p95_ms == 90.0 and limit.limit == 7  # interval 4 is still in the window
+    # Sessions leave and latency stays over: no second cut until the window has refilled
+    # (each sample would cut to ⌊0.9 · live⌋ and follow live down: 5, then 4).
+    assert not _interval(win, 2.0, slow=100, live=6)
+    assert not _interval(win, 3.0, slow=100, live=5)
+    assert limit.limit == 7
+    assert _interval(win, 4.0, live=5)  # a whole window after the cut, two thirds over it
+    assert win.last_p95_ms == 90.0 and limit.limit == 4  # the second cut
+    for k in range(5, 8):
+        _interval(win, float(k), live=5)
+    assert win.last_p95_ms == 30.0 and limit.limit >= 5  # back to live once the window is clean
