@@ -91,13 +91,27 @@ def test_one_cut_per_window_then_a_whole_window_of_frames_after_it():
     _interval(win, 0.0)
     assert _interval(win, 1.0, slow=100)  # over the 50 ms target: cut to ⌊0.9 · 8⌋
     assert limit.limit == 7 and win.last_p95_ms == 90.0
-    # Sessions leave and latency stays over: no second cut until the window has refilled
-    # (each sample would cut to ⌊0.9 · live⌋ and follow live down: 5, then 4).
-    assert not _interval(win, 2.0, slow=100, live=6)
-    assert not _interval(win, 3.0, slow=100, live=5)
+    # Live stays at or over the cap: no sample (nothing to admit) until the window has refilled.
+    assert not _interval(win, 2.0, slow=100, live=8)
+    assert not _interval(win, 3.0, slow=100, live=7)
     assert limit.limit == 7
-    assert _interval(win, 4.0, live=5)  # a whole window after the cut, two thirds over it
-    assert win.last_p95_ms == 90.0 and limit.limit == 4  # the second cut
+    assert _interval(win, 4.0, live=7)  # a whole window after the cut, two thirds over it
+    assert win.last_p95_ms == 90.0 and limit.limit == 6  # the second cut
     for k in range(5, 8):
-        _interval(win, float(k), live=5)
-    assert win.last_p95_ms == 30.0 and limit.limit >= 5  # back to live once the window is clean
+        _interval(win, float(k), live=6)
+    assert win.last_p95_ms == 30.0 and limit.limit >= 6  # back to live once the window is clean
+
+
+def test_while_held_sessions_that_leave_let_the_frames_since_the_cut_decide():
+    limit = AIMDLimit(AIMDConfig(initial=10, max_limit=20, target_fraction=0.5), budget_ms=100)
+    win = WindowedLimit(limit, interval_s=1.0, min_samples=5, window_intervals=3)
+    _interval(win, 0.0)
+    _interval(win, 1.0, slow=100)
+    assert limit.limit == 7
+    # Two sessions leave: the cap of 7 would admit again, so the second over the target since
+    # the cut is a sample, and the cap follows live down instead of admitting into it.
+    assert _interval(win, 2.0, slow=100, live=6)
+    assert limit.limit == 5 and win.last_p95_ms == 90.0
+    # Another leaves and the frames since this cut are at the target: admit again at once.
+    assert _interval(win, 3.0, live=4)
+    assert win.last_p95_ms == 30.0 and limit.limit >= 5
