@@ -26,7 +26,8 @@ class WindowedLimit:
     by itself, and one silent frame in ~100 is a "drop". Judged over 3 s the same tick is 2.7 %
     and a drop means more than 1 % silent, the rule N_c is calibrated by; a sustained overload
     still shows within one interval (a p95 crosses once 5 % of the window is over). After a cut
-    the window starts again, and the next sample waits until it is full."""
+    the window starts again, and while live is at or over the cap the next sample waits until
+    it is full."""
 
     def __init__(self, limit: Limit, interval_s: float = 1.0, min_samples: int = 10,
                  window_intervals: int = 1, max_silent_share: float = 0.0) -> None:
