@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.remote import InletLimits
 from tests.gateway.conftest import events, finish, frames, run_load
 
 pytestmark = pytest.mark.slow
@@ -43,7 +44,12 @@ def test_every_frame_sent_is_in_both_records_and_latencies_agree(serve, tmp_path
     # client: agreement is within one frame period, as the issue asks, never a frame off.
     assert (gap > -FRAME_MS).all(), gap.min()
     assert gap.quantile(0.95) < FRAME_MS, gap.describe()
-    assert gap.median() < FRAME_MS / 2, gap.describe()
+    # By design a frame starts `slack_s` after its audio is complete and a token waits up to
+    # one `poll_s` to be sent (30 + 10 ms): the median gap is that wait plus the wire, not a
+    # frame off. A quarter frame for the wire and the event loop on two loaded cores (a bound
+    # of half a frame, 40 ms, failed once at 40.2 ms: the designed wait alone reaches it).
+    designed_ms = (InletLimits.slack_s + InletLimits.poll_s) * 1e3
+    assert gap.median() < designed_ms + FRAME_MS / 4, gap.describe()
 
 
 def test_fixed_cap_refuses_the_rest_with_server_overloaded(serve, tmp_path):
