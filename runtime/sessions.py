@@ -2,7 +2,7 @@
 max_model_len, close (ended, source ended, error, evicted by the stall guard).
 
 A session's source advances every period whether or not the engine keeps up (speech does not
-wait); a frame that finds the previous one still owed is recorded as skipped (silent).
+wait): a frame the engine cannot take yet is skipped (silent), see runtime/backlog.py.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from control.admission import Ticket
 from engine.contract import Engine, FrameHandle
 from load_gen import make_frame_source
+from runtime.backlog import count_new, may_submit, owed
 from runtime.config import RunConfig
 from runtime.opens import OpenBudget
 from runtime.pools import TickCounts
@@ -41,6 +42,8 @@ class Session:
     inflight: FrameHandle | None = None
     record: tuple | None = None  # (frame_idx, handle) awaiting finalisation
     tokens_seen: int = 0  # tokens of the in-flight handle already counted in a tick
+    ahead: FrameHandle | None = None  # the frame still owed when `inflight` was queued behind
+    ahead_seen: int = 0  # its tokens already counted in a tick (they count until it is done)
     max_blocks: int = 0
     rank: int | None = None  # data-parallel rank it lives on (None: the engine did not say)
     origin: str = "load"  # frames.origin: the run's load kind, or "gateway" for a client
@@ -139,10 +142,10 @@ class Sessions:
         next_at = session.start + session.frame_idx * self._frame_s
         if session.origin == ORIGIN and session.frames.backlog():
             next_at = min(next_at, t_rel + self._frame_s / 8)  # late audio came in a burst
-        if session.inflight is not None and not session.inflight.done_by(now):
-            # The engine still owes the previous frame: this one cannot even be submitted.
-            self._record(session, idx, t_rel, None, now)
+        if not may_submit(session.inflight, session.ahead, now):
+            self._record(session, idx, t_rel, None, now)  # skipped: never submitted
             return next_at
+        ahead = session.inflight if owed(session.inflight, now) else None  # queued behind it
         tokens = frame.token_ids
         prompt = tokens
         max_len = self.engine.max_model_len
@@ -160,6 +163,7 @@ class Sessions:
         handle = self.engine.submit(session_id, prompt, cfg.tokens_out)
         session.kv_tokens += len(prompt) + cfg.tokens_out - 1
         session.max_blocks = max(session.max_blocks, self._resident_blocks(session.kv_tokens))
+        session.ahead, session.ahead_seen = ahead, session.tokens_seen if ahead else 0
         session.inflight, session.record, session.tokens_seen = handle, (idx, handle), 0
         return next_at
 
@@ -184,19 +188,17 @@ class Sessions:
     # --- what a tick reads --------------------------------------------------------------------
     @staticmethod
     def new_tokens(session: Session) -> int:
-        """Tokens of the session's in-flight frame not yet counted by a tick."""
-        if session.inflight is None:
-            return 0
-        n = len(session.inflight.token_times)
-        new, session.tokens_seen = n - session.tokens_seen, n
-        return new
+        """Tokens of the in-flight frame (and the one it queued behind) no tick has counted."""
+        new_ahead, session.ahead_seen = count_new(session.ahead, session.ahead_seen)
+        new, session.tokens_seen = count_new(session.inflight, session.tokens_seen)
+        return new_ahead + new
 
     def tick_counts(self, now: float) -> TickCounts:
         """Tokens out since the last tick and frames owed, in all and per rank: owed means
         submitted at least half a frame ago and not done (one submitted just now is not late)."""
         tokens, self.tokens_unticked = self.tokens_unticked, 0
         tokens_by_rank, self._unticked_by_rank = self._unticked_by_rank, {}
-        owed, owed_by_rank = 0, {}
+        n_owed, owed_by_rank = 0, {}
         for session in self.live.values():
             new = self.new_tokens(session)
             tokens += new
@@ -204,9 +206,9 @@ class Sessions:
             handle = session.inflight
             if handle is not None and not handle.done_by(now) \
                     and handle.t_submit <= now - self._frame_s / 2:
-                owed += 1
+                n_owed += 1
                 owed_by_rank[session.rank] = owed_by_rank.get(session.rank, 0) + 1
-        return TickCounts(tokens, owed, tokens_by_rank, owed_by_rank)
+        return TickCounts(tokens, n_owed, tokens_by_rank, owed_by_rank)
 
     def live_by_rank(self) -> dict:
         """Live sessions per rank (None: sessions whose rank the engine did not say)."""
@@ -255,7 +257,7 @@ class Sessions:
         self.engine.close(session.session_id)
         self.engine.open(session.session_id, session.rank)  # a session keeps its rank
         session.kv_tokens = 0
-        session.inflight = None
+        session.inflight = session.ahead = None
         self.recorder.totals.rollovers += 1
         self.recorder.event(t_rel, "rollover", session_id=session.session_id,
                             prompt_tokens=len(self.rollover_prompt(session)),

@@ -51,15 +51,45 @@ def test_each_frame_is_submitted_and_the_next_one_is_on_the_start_grid():
     assert row["frame_idx"] == 0 and row["on_time"] and row["latency_ms"] == pytest.approx(30)
 
 
-def test_a_frame_that_finds_the_previous_one_owed_is_skipped_not_submitted():
+def test_a_frame_queues_behind_one_a_step_from_done_and_is_skipped_otherwise():
+    sessions, engine, rec, g = _sessions()  # 4 tokens out a frame
+    _open(sessions, g, 1)
+    sessions.on_frame(1, 0.0)
+    first = engine.submitted[0][2]
+    first.add_tokens(3, 0.07)  # one token short at the next frame time
+    engine.clock = FRAME_S
+    sessions.on_frame(1, FRAME_S)  # frame 0 a step from done: frame 1 is queued behind it
+    assert len(engine.submitted) == 2
+    second = engine.submitted[1][2]
+    first.add_tokens(1, FRAME_S + 0.002)  # frame 0 ends 2 ms late: its token still counts
+    first.finish(FRAME_S + 0.002)
+    assert sessions.tick_counts(FRAME_S + 0.003).tokens_out == 4
+    second.add_tokens(2, FRAME_S + 0.03)
+    engine.clock = 2 * FRAME_S
+    sessions.on_frame(1, 2 * FRAME_S)  # frame 1 two tokens short: frame 2 is not submitted
+    assert len(engine.submitted) == 2
+    second.add_tokens(1, 2 * FRAME_S + 0.01)
+    engine.clock = 3 * FRAME_S
+    sessions.on_frame(1, 3 * FRAME_S)  # frame 1 a step from done again: frame 3 queues
+    assert len(engine.submitted) == 3
+    skipped = [r for r in rec.writer.rows["frames"] if r["skipped"]]
+    assert [r["frame_idx"] for r in skipped] == [2] and skipped[0]["censored"]
+    frame0 = next(r for r in rec.writer.rows["frames"] if r["frame_idx"] == 0)
+    assert frame0["censored"] and frame0["tokens_out"] == 3  # late: only what came in time
+
+
+def test_a_frame_is_skipped_behind_two_owed_frames():
     sessions, engine, rec, g = _sessions()
     _open(sessions, g, 1)
     sessions.on_frame(1, 0.0)
+    engine.submitted[0][2].add_tokens(3, 0.07)
     engine.clock = FRAME_S
-    sessions.on_frame(1, FRAME_S)  # frame 0 still owed: frame 1 cannot be submitted
-    assert len(engine.submitted) == 1
-    skipped = [r for r in rec.writer.rows["frames"] if r["skipped"]]
-    assert [r["frame_idx"] for r in skipped] == [1] and skipped[0]["censored"]
+    sessions.on_frame(1, FRAME_S)  # queued behind frame 0
+    engine.submitted[1][2].add_tokens(3, FRAME_S + 0.07)  # (a scripted engine: out of order)
+    engine.clock = 2 * FRAME_S
+    sessions.on_frame(1, 2 * FRAME_S)  # frames 0 and 1 owed: frame 2 is not submitted
+    assert len(engine.submitted) == 2
+    assert [r["frame_idx"] for r in rec.writer.rows["frames"] if r["skipped"]] == [2]
 
 
 def test_the_tick_counts_tokens_out_and_frames_owed_per_rank():
