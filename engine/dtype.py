@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,9 +48,17 @@ def choose(cpu_flags: frozenset[str], *, cuda: bool = False, cuda_bf16: bool = F
                                   "AVX-512 BF16), where bf16 is emulated and slower")
 
 
+# Space-separated flags to choose by instead of /proc/cpuinfo's: reproduces another machine's
+# choice, its calibration key and its log lines (scripts/as_avx2.sh sets it).
+FLAGS_ENV = "METRONOME_CPU_FLAGS"
+
+
 @functools.lru_cache(maxsize=1)
 def host_cpu_flags() -> frozenset[str]:
-    """This machine's CPU flags (empty where /proc/cpuinfo cannot be read: fp32, the safe one)."""
+    """This machine's CPU flags (empty where /proc/cpuinfo cannot be read: fp32, the safe one),
+    or those `METRONOME_CPU_FLAGS` names when it is set."""
+    if os.environ.get(FLAGS_ENV) is not None:
+        return frozenset(os.environ[FLAGS_ENV].split())
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("flags"):
@@ -57,6 +66,11 @@ def host_cpu_flags() -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
+
+
+def flags_note() -> str:
+    """"" for the real flags; a note to append to a machine line when they are set by hand."""
+    return f" (flags from {FLAGS_ENV})" if os.environ.get(FLAGS_ENV) is not None else ""
 
 
 def _cuda_bf16() -> tuple[bool, bool]:

@@ -61,7 +61,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
     CI log's tail shows it): a failure reads differently on an AVX2 laptop and an AMX server."""
     if not _MEASURED:
         return
-    from engine.dtype import host_cpu_flags
+    from engine.dtype import flags_note, host_cpu_flags
 
     model = "unknown CPU"
     try:
@@ -73,4 +73,4 @@ def pytest_terminal_summary(terminalreporter) -> None:
     wide = sorted(f for f in host_cpu_flags() if f in ("avx2", "avx512f", "avx512_bf16",
                                                        "amx_bf16"))
     terminalreporter.write_line(f"vLLM machine: {model}, {len(os.sched_getaffinity(0))} cores, "
-                                f"{' '.join(wide) or 'no AVX2'}; {_MEASURED[0]}")
+                                f"{' '.join(wide) or 'no AVX2'}{flags_note()}; {_MEASURED[0]}")
