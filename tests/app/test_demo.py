@@ -67,7 +67,39 @@ def test_the_load_moves_n_c_not_the_other_way_round():
     over = [n for n, _, _, within, _ in cal.probes if not within]
     assert cal.n_c == max(ok) and min(over) > cal.n_c
     assert min(over) - cal.n_c <= max(1, round(0.1 * cal.n_c))  # bracketed within 10 %
-    assert len(cal.probes) <= calibration.MAX_PROBES
+    assert len(cal.probes) <= calibration.MAX_PROBES + calibration.MAX_CONFIRMS
+    # the load reported was probed again (the twin is steady: it passed again)
+    assert cal.probes[-1][0] == cal.n_c and cal.probes[-1][3]
+    assert [n for n, *_ in cal.probes].count(cal.n_c) == 2
+
+
+def test_a_load_that_passes_once_by_luck_is_not_n_c(monkeypatch):
+    """Near the limit a short probe passes or fails by noise, and a bisection keeps the largest
+    load that passed once: the load found is probed again, longer, and one that fails then is
+    over the limit and the search goes on below it."""
+    monkeypatch.setattr(calibration, "fit_cost_model", lambda steps, source: (None, {}))
+    monkeypatch.setattr(calibration, "analytic_n_star", lambda *args: 12)
+    lucky = {11: [True, False], 12: [True, False]}  # pass once, then fail
+    asked = []
+
+    def probe(frame_ms, n, found, max_probes, length=1):
+        ok = lucky[n].pop(0) if lucky.get(n) else n <= 10
+        asked.append((n, length, ok))
+        found[n] = (n, 50.0, 0.0, ok)
+        return ok
+
+    search = calibration._Search(calibration.probe_base("twin", "tiny"), None, None, None)
+    search._probe = probe
+    try:
+        n_c, _ = search.n_c_at(80.0, calibration.MAX_PROBES)
+    finally:
+        search.close()
+    # 2 and 12 pass, 18, 15 and 13 are over; 12 probed again, twice as long, fails
+    assert asked[:6] == [(2, 1, True), (12, 1, True), (18, 1, False), (15, 1, False),
+                         (13, 1, False), (12, 2, False)]
+    # the search goes on below 12 (bisecting from 2) and its result passes its own second probe
+    assert [n for n, length, _ in asked[6:] if length == 1] == [7, 9, 10]
+    assert n_c == 10 and asked[-1] == (10, 2, True)
 
 
 def test_a_calibration_is_kept_per_engine_model_dtype_and_machine_and_reused(store):
