@@ -141,7 +141,8 @@ def host_machine() -> str:
 
     # The flags that change what a step costs: the vector width and native bf16.
     flags = [f for f in ("avx2", "avx512f", *NATIVE_BF16_FLAGS) if f in host_cpu_flags()]
-    text = f"{platform.node()} · {cpu} · {os.cpu_count()} cores · {' '.join(flags) or 'no avx2'}{flags_note()}"
+    text = (f"{platform.node()} · {cpu} · {os.cpu_count()} cores · "
+            f"{' '.join(flags) or 'no avx2'}{flags_note()}")
     if shutil.which("nvidia-smi"):
         try:
             gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
