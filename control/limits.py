@@ -96,20 +96,11 @@ class AIMDConfig:
     # the target, and the sessions it admitted stayed).
     near_target: float = 0.8
     settle_intervals: int = 3
-    # A p95 at most this share over the target, with no drop, cuts one session, not to
-    # ⌊backoff · live⌋: near the limit the frame latency curve is flat (vLLM, 2 cores: 3 s
-    # p95s of 54-70 ms at one load, the same at 15 and at 21 sessions), so a sample just over
-    # the target says little about how many sessions are too many, while a 10 % cut per such
-    # sample against +1 per `settle_intervals` good ones held live well under N_c with no
-    # frame silent (benchmarks/n_star_discovery.py). The same 5 % N* counts as at the target.
-    gentle_band: float = 0.05
 
     def __post_init__(self) -> None:
         _check_bounds(self.initial, self.min_limit, self.max_limit)
         if not 0 < self.near_target <= 1:
             raise ValueError(f"near-target share {self.near_target} must be in (0, 1]")
-        if not 0 <= self.gentle_band <= 0.5:
-            raise ValueError(f"gentle band {self.gentle_band} must be in [0, 0.5] of the target")
         if not 1 <= self.settle_intervals <= 100:
             raise ValueError(f"settle intervals {self.settle_intervals} must be in [1, 100]")
         if self.increase < 1:
@@ -130,7 +121,6 @@ class AIMDLimit(_TargetedLimit):
     cap decayed to 1 under 20 live sessions served at the target). So, as the paper's gateway:
     - over target or a drop: cut to min(limit, ⌊backoff · live⌋), never below that anchor
       while those sessions stay (repeated bad samples at the same live count do not decay it);
-      a p95 within `gentle_band` over the target and no drop: to min(limit, live − 1);
     - latency has room: the cap is at least the live count (it follows live back up after a
       cut, so a session that leaves is replaced at once), and grows by `increase` when live is
       within `headroom` of it (a cap nobody uses is not grown); near the target only once
@@ -151,8 +141,7 @@ class AIMDLimit(_TargetedLimit):
         cfg = self.config
         old = self._limit
         if dropped or latency_ms > self.target_ms:
-            gentle = not dropped and latency_ms <= (1 + cfg.gentle_band) * self.target_ms
-            anchor = inflight - 1 if gentle else math.floor(cfg.backoff * inflight)
+            anchor = math.floor(cfg.backoff * inflight)
             self._limit = max(cfg.min_limit, min(self._limit, anchor))
             self._at_target = 0
         else:

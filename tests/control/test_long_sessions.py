@@ -75,7 +75,7 @@ def test_after_sessions_leave_new_ones_are_admitted_within_a_few_intervals(kind)
 
 def test_aimd_follows_live_back_up_when_one_session_leaves():
     limit = AIMDLimit(AIMDConfig(initial=21, max_limit=64, target_fraction=TARGET), BUDGET_MS)
-    assert limit.on_sample(0.0, 44.0, 21, False) == 18  # over: anchored cut under 21 live
+    assert limit.on_sample(0.0, 42.0, 21, False) == 18  # over: anchored cut under 21 live
     # One leaves: 20 at the target. The cap follows live back up at once (never under the
     # sessions that stay), but 21 was just over the target: the 21st is offered again only
     # after three intervals in a row at it, not at the next interval.
@@ -93,7 +93,7 @@ def test_aimd_grows_at_once_with_room_and_carefully_near_the_target():
     caps = [limit.on_sample(3.0 + k, lat, limit.limit, False)
             for k, lat in enumerate([36.0, 36.0, 36.0, 36.0, 36.0, 36.0])]
     assert caps == [13, 13, 14, 14, 14, 15]
-    assert limit.on_sample(9.0, 43.0, 15, False) == 13  # over: ⌊0.9 · 15⌋
+    assert limit.on_sample(9.0, 41.0, 15, False) == 13  # over: ⌊0.9 · 15⌋
     caps = [limit.on_sample(10.0 + k, 36.0, 15, False) for k in range(3)]
     assert caps == [15, 15, 16]  # follows live back up, then waits three at the target
     with pytest.raises(ValueError, match="settle intervals 0 must be in"):
@@ -109,24 +109,3 @@ def test_gradient_anchor_is_validated_and_can_be_turned_off():
     assert free.on_sample(0.0, 128.0, 16, False) == 8  # unanchored: the plain gradient cut
     anchored = GradientLimit(GradientConfig(initial=16, smoothing=1.0), BUDGET_MS)
     assert anchored.on_sample(0.0, 128.0, 16, False) == math.floor(0.9 * 16)
-
-
-def test_aimd_cuts_one_session_just_over_the_target_and_a_tenth_when_clearly_over():
-    """Near the limit a p95 just over the target (within the 5 % N* counts as at it) says
-    little about how many sessions are too many: one session goes, not a tenth of them. A drop
-    or a p95 further over is cut as before."""
-    def fresh():
-        return AIMDLimit(AIMDConfig(initial=30, max_limit=64, target_fraction=TARGET),
-                         BUDGET_MS)
-
-    assert fresh().on_sample(0.0, 42.0, 30, False) == 29  # 5 % over 40 ms: live − 1
-    assert fresh().on_sample(0.0, 42.1, 30, False) == 27  # further: ⌊0.9 · 30⌋
-    assert fresh().on_sample(0.0, 41.0, 30, True) == 27  # a drop is never gentle
-    limit = fresh()
-    caps = [limit.on_sample(float(k), 41.0, 30, False) for k in range(5)]
-    assert caps == [29] * 5  # the same sessions staying just over: no decay under them
-    off = AIMDLimit(AIMDConfig(initial=30, max_limit=64, target_fraction=TARGET,
-                               gentle_band=0.0), BUDGET_MS)
-    assert off.on_sample(0.0, 41.0, 30, False) == 27
-    with pytest.raises(ValueError, match="gentle band 0.6 must be in"):
-        AIMDConfig(gentle_band=0.6)
