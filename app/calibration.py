@@ -16,21 +16,16 @@ only the calibration row is kept, per engine + model + machine (`store/calibrati
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import logging
 import math
-import os
-import platform
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from control.window import MAX_SILENT_SHARE  # a probe with more silent frames is over the limit
 from engine.twin import CostModel, analytic_n_star, fit_cost_model
 from runtime import RunConfig, execute, latest_cost_model, make_engine
+from app.machine import machine_key
 from store import Store, calibrations, queries
 
 logger = logging.getLogger(__name__)
@@ -124,49 +119,6 @@ class Calibration:
                      "window_tokens", "sink_tokens", "n_steps"):
             d[name] = int(d[name])
         return cls(**d)
-
-
-@functools.lru_cache(maxsize=1)
-def host_machine() -> str:
-    """This machine in one line: host name, CPU model and cores, and the GPU when there is one."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    from engine.dtype import NATIVE_BF16_FLAGS, flags_note, host_cpu_flags
-
-    # The flags that change what a step costs: the vector width and native bf16.
-    flags = [f for f in ("avx2", "avx512f", *NATIVE_BF16_FLAGS) if f in host_cpu_flags()]
-    text = (f"{platform.node()} · {cpu} · {os.cpu_count()} cores · "
-            f"{' '.join(flags) or 'no avx2'}{flags_note()}")
-    if shutil.which("nvidia-smi"):
-        try:
-            gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            gpu = ""
-        if gpu:
-            text += f" · {gpu.splitlines()[0]}"
-    return text
-
-
-def machine_key(engine: str, cur=None, cost: CostModel | None = None) -> str:
-    """What a calibration is valid for besides engine and model: the host for vLLM; for the
-    twin, its cost model (the newest fitted one in the store, or the default) — the twin's speed
-    is the model, not the host."""
-    if engine != "twin":
-        return host_machine()
-    row = queries.latest_twin_model(cur) if cost is None and cur is not None else None
-    if row is not None:
-        cost = CostModel(row["a_ms"], row["b_ms_per_token"], row["c_ms_per_resident_token"],
-                         source=str(row["source_run_id"]))
-    cost = cost or CostModel()
-    return (f"simulated · cost {cost.source} a={cost.a_ms:g} b={cost.b_ms_per_token:g} "
-            f"c={cost.c_ms_per_resident_token:g}")
 
 
 def engine_dtype(engine: str) -> str:

@@ -53,18 +53,18 @@ def test_this_hosts_flags_are_read():
 def test_flags_set_by_hand_replace_the_hosts(monkeypatch):
     """METRONOME_CPU_FLAGS (scripts/as_avx2.sh) makes this machine choose as an AVX2-only one,
     and says so wherever the machine is named (a calibration is keyed by that line)."""
-    from app import calibration
+    from app import machine
 
     def fresh():
         dtype.host_cpu_flags.cache_clear()
-        calibration.host_machine.cache_clear()
+        machine.host_machine.cache_clear()
 
     monkeypatch.setenv(dtype.FLAGS_ENV, " ".join(sorted(ZEN3)))
     fresh()
     try:
         assert dtype.host_cpu_flags() == ZEN3
         assert dtype.choose(dtype.host_cpu_flags()).dtype == "float32"
-        assert calibration.host_machine().endswith("avx2 (flags from METRONOME_CPU_FLAGS)")
+        assert machine.host_machine().endswith("avx2 (flags from METRONOME_CPU_FLAGS)")
         monkeypatch.setenv(dtype.FLAGS_ENV, " ".join(sorted(SAPPHIRE)))
         fresh()
         assert dtype.choose(dtype.host_cpu_flags()).dtype == "bfloat16"
