@@ -114,10 +114,12 @@ def choose_period(periods, min_sessions: int = DEMO_MIN_SESSIONS) -> Period:
                              f"{periods[-1][0]:g} ms (N_c: {measured}); there is no clean "
                              "windowed run to show")
     if frame_ms == first_ms:
-        sentence = f"this machine serves {n_c} sessions at {frame_ms:g} ms frames"
+        sentence = (f"this machine serves {n_c} session{'s' * (n_c != 1)} at {frame_ms:g} ms "
+                    "frames")
     else:
-        sentence = (f"this machine serves {first_n} session{'s' * (first_n != 1)} at "
-                    f"{first_ms:g} ms frames; the demo ticks every {frame_ms:g} ms "
+        served = (f"cannot serve one session at {first_ms:g} ms frames" if first_n == 0 else
+                  f"serves {first_n} session{'s' * (first_n != 1)} at {first_ms:g} ms frames")
+        sentence = (f"this machine {served}; the demo ticks every {frame_ms:g} ms "
                     f"({n_c} sessions), as {'an omni' if frame_ms >= 1000 else 'a slower'} "
                     f"interaction model would")
     return Period(frame_ms, n_c, sentence)

@@ -165,6 +165,11 @@ def test_the_demo_keeps_80_ms_where_it_serves_4_and_ticks_slower_where_not():
     best = demo.choose_period(((80.0, 0), (160.0, 1), (320.0, 2), (640.0, 2), (1000.0, 1),
                                (2000.0, 1)))
     assert (best.frame_ms, best.n_c) == (320.0, 2)
+    assert best.sentence.startswith("this machine cannot serve one session at 80 ms frames; "
+                                    "the demo ticks every 320 ms (2 sessions)")
+    assert demo.choose_period(((80.0, 1),)).sentence.endswith("serves 1 session at 80 ms frames")
+    one = demo.choose_period(((80.0, 1), (160.0, 16)))
+    assert one.sentence.startswith("this machine serves 1 session at 80 ms frames; the demo")
     settings = demo.derive(_calibration(3, (160.0, 3), (320.0, 9)))
     assert settings.frame_ms == 320.0 and settings.sessions == 4  # half of N_c there
     assert settings.duration_s == pytest.approx(demo.DURATION_S * 4)  # as many frames
