@@ -8,7 +8,6 @@ import os
 import platform
 import shutil
 import subprocess
-from pathlib import Path
 
 from engine.twin import CostModel
 from store import queries
@@ -17,15 +16,9 @@ from store import queries
 @functools.lru_cache(maxsize=1)
 def host_machine() -> str:
     """This machine in one line: host name, CPU model and cores, and the GPU when there is one."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    from engine.dtype import NATIVE_BF16_FLAGS, flags_note, host_cpu_flags
+    from engine.dtype import NATIVE_BF16_FLAGS, cpu_model, flags_note, host_cpu_flags
+
+    cpu = cpu_model() or platform.processor() or platform.machine()
 
     # The flags that change what a step costs: the vector width and native bf16.
     flags = [f for f in ("avx2", "avx512f", *NATIVE_BF16_FLAGS) if f in host_cpu_flags()]

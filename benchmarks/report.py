@@ -13,14 +13,9 @@ HEADER = "# Benchmarks\n\nEvery number below was produced by the command in its 
 
 
 def machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from engine.dtype import cpu_model
+
+    model = cpu_model() or platform.processor() or platform.machine()
     return f"{os.cpu_count()} cores, {model}, Python {platform.python_version()}"
 
 

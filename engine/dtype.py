@@ -68,6 +68,17 @@ def host_cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ("" where it cannot be read)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def flags_note() -> str:
     """"" for the real flags; a note to append to a machine line when they are set by hand."""
     return f" (flags from {FLAGS_ENV})" if os.environ.get(FLAGS_ENV) is not None else ""

@@ -61,15 +61,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
     CI log's tail shows it): a failure reads differently on an AVX2 laptop and an AMX server."""
     if not _MEASURED:
         return
-    from engine.dtype import flags_note, host_cpu_flags
+    from engine.dtype import cpu_model, flags_note, host_cpu_flags
 
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as info:
-            model = next((line.split(":", 1)[1].strip() for line in info
-                          if line.startswith("model name")), model)
-    except OSError:
-        pass
+    model = cpu_model() or "unknown CPU"
     wide = sorted(f for f in host_cpu_flags() if f in ("avx2", "avx512f", "avx512_bf16",
                                                        "amx_bf16"))
     terminalreporter.write_line(f"vLLM machine: {model}, {len(os.sched_getaffinity(0))} cores, "

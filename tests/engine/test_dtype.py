@@ -1,5 +1,7 @@
 """The dtype the model runs in follows the hardware: bf16 only where it is computed natively."""
 
+from pathlib import Path
+
 import pytest
 
 from engine import dtype
@@ -48,6 +50,13 @@ def test_this_hosts_flags_are_read():
     assert isinstance(flags, frozenset)
     expected = "bfloat16" if flags & set(dtype.NATIVE_BF16_FLAGS) else "float32"
     assert dtype.choose(flags).dtype == expected
+    # the model name every machine line starts from (calibration key, suite line, benchmarks)
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    if "model name" in info:
+        model = dtype.cpu_model()
+        assert model and model == model.strip() and f": {model}\n" in info
+    else:
+        assert dtype.cpu_model() == ""
 
 
 def test_flags_set_by_hand_replace_the_hosts(monkeypatch):
