@@ -95,6 +95,12 @@ class Period:
     sentence: str
 
 
+def _serves(n_c: int, frame_ms: float) -> str:
+    if n_c == 0:
+        return f"cannot serve one session at {frame_ms:g} ms frames"
+    return f"serves {n_c} session{'s' * (n_c != 1)} at {frame_ms:g} ms frames"
+
+
 def choose_period(periods, min_sessions: int = DEMO_MIN_SESSIONS) -> Period:
     """The shortest measured period ((frame_ms, N_c), ...) with N_c ≥ min_sessions; when none
     has, the one with the largest N_c ≥ 1 (the shortest of ties); a ValueError with the
@@ -114,14 +120,11 @@ def choose_period(periods, min_sessions: int = DEMO_MIN_SESSIONS) -> Period:
                              f"{periods[-1][0]:g} ms (N_c: {measured}); there is no clean "
                              "windowed run to show")
     if frame_ms == first_ms:
-        sentence = (f"this machine serves {n_c} session{'s' * (n_c != 1)} at {frame_ms:g} ms "
-                    "frames")
+        sentence = f"this machine {_serves(n_c, frame_ms)}"
     else:
-        served = (f"cannot serve one session at {first_ms:g} ms frames" if first_n == 0 else
-                  f"serves {first_n} session{'s' * (first_n != 1)} at {first_ms:g} ms frames")
-        sentence = (f"this machine {served}; the demo ticks every {frame_ms:g} ms "
-                    f"({n_c} sessions), as {'an omni' if frame_ms >= 1000 else 'a slower'} "
-                    f"interaction model would")
+        kind = "an omni" if frame_ms >= 1000 else "a slower"
+        sentence = (f"this machine {_serves(first_n, first_ms)}; the demo ticks every "
+                    f"{frame_ms:g} ms ({n_c} sessions), as {kind} interaction model would")
     return Period(frame_ms, n_c, sentence)
 
 

@@ -16,12 +16,10 @@ from store import queries
 @functools.lru_cache(maxsize=1)
 def host_machine() -> str:
     """This machine in one line: host name, CPU model and cores, and the GPU when there is one."""
-    from engine.dtype import NATIVE_BF16_FLAGS, cpu_model, flags_note, host_cpu_flags
+    from engine.dtype import cpu_model, flags_note, step_flags
 
     cpu = cpu_model() or platform.processor() or platform.machine()
-
-    # The flags that change what a step costs: the vector width and native bf16.
-    flags = [f for f in ("avx2", "avx512f", *NATIVE_BF16_FLAGS) if f in host_cpu_flags()]
+    flags = step_flags()
     text = (f"{platform.node()} · {cpu} · {os.cpu_count()} cores · "
             f"{' '.join(flags) or 'no avx2'}{flags_note()}")
     if shutil.which("nvidia-smi"):

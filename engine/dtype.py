@@ -79,6 +79,12 @@ def cpu_model() -> str:
     return ""
 
 
+def step_flags() -> list[str]:
+    """The flags of this machine (or of METRONOME_CPU_FLAGS) that change what a step costs: the
+    vector width and native bf16. They name the machine a calibration or a test run holds for."""
+    return [f for f in ("avx2", "avx512f", *NATIVE_BF16_FLAGS) if f in host_cpu_flags()]
+
+
 def flags_note() -> str:
     """"" for the real flags; a note to append to a machine line when they are set by hand."""
     return f" (flags from {FLAGS_ENV})" if os.environ.get(FLAGS_ENV) is not None else ""

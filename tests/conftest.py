@@ -61,10 +61,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
     CI log's tail shows it): a failure reads differently on an AVX2 laptop and an AMX server."""
     if not _MEASURED:
         return
-    from engine.dtype import cpu_model, flags_note, host_cpu_flags
+    from engine.dtype import cpu_model, flags_note, step_flags
 
     model = cpu_model() or "unknown CPU"
-    wide = sorted(f for f in host_cpu_flags() if f in ("avx2", "avx512f", "avx512_bf16",
-                                                       "amx_bf16"))
+    wide = step_flags()
     terminalreporter.write_line(f"vLLM machine: {model}, {len(os.sched_getaffinity(0))} cores, "
                                 f"{' '.join(wide) or 'no AVX2'}{flags_note()}; {_MEASURED[0]}")
