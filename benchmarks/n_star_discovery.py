@@ -9,6 +9,8 @@ frames at the cap and the p95 (censored printed as "> budget").
         --control-interval 3     # also N_c from 20 s fixed loads; 3 s control samples
     .venv/bin/python benchmarks/n_star_discovery.py --engine vllm --steady-s 20 --repeats 3
         # three whole runs and the medians of their figures
+    .venv/bin/python benchmarks/n_star_discovery.py --engine vllm --steady-s 20 --repeats 3 \
+        --compare-confidence 0   # each run also with cuts on any p95 over the target, beside it
 
 Prints only; the figures for docs/BENCHMARKS.md are copied from vLLM runs with the command.
 """
@@ -21,6 +23,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
@@ -46,25 +49,39 @@ def main() -> None:
     parser.add_argument("--control-window", type=float, default=None,
                         help="seconds of frames each control sample judges (default: "
                              "RunConfig's)")
+    parser.add_argument("--control-confidence", type=float, default=None,
+                        help="confidence a cut needs (control/window.py; default: "
+                             "CUT_CONFIDENCE; 0: any p95 over the target)")
+    parser.add_argument("--compare-confidence", type=float, default=None,
+                        help="also run N* with this cut confidence beside each run's first "
+                             "(same calibration and offer; second in odd runs, first in even)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="whole runs (calibration, N*, steady N_c), seeds seed, seed+1, "
                              "…; prints each run's figures, then their medians")
     args = parser.parse_args()
+    from control.window import CUT_CONFIDENCE
+
+    if args.control_confidence is None:
+        args.control_confidence = CUT_CONFIDENCE
+    if args.compare_confidence == args.control_confidence:
+        parser.error(f"--compare-confidence {args.compare_confidence:g} is the cut confidence "
+                     "already run")
     logging.basicConfig(level=logging.WARNING)
-    runs = []
+    runs = []  # per whole run: one dict per N* run (the cut confidences, in order)
     for k in range(args.repeats):
         if args.repeats > 1:
             print(f"=== run {k + 1} of {args.repeats} (seed {args.seed + k})", flush=True)
-        runs.append(one_run(args, args.seed + k))
+        runs.append(one_run(args, args.seed + k, flip=k % 2 == 1))
     if args.repeats > 1:
-        print_medians(runs)
+        for i in range(len(runs[0])):
+            print_medians([r[i] for r in runs])
 
 
 def print_medians(runs: list[dict]) -> None:
     """Each figure's median over the runs (a run where it is unknown is left out, and said)."""
     import statistics
 
-    print(f"=== medians over {len(runs)} runs")
+    print(f"=== medians over {len(runs)} runs, cut confidence {runs[0]['confidence']:g}")
     for key, label in (("n_c", "calibrated N_c"), ("steady_n_c", "steady N_c"),
                        ("n_star", "N*"), ("ratio", "N*/N_c"),
                        ("steady_ratio", "N*/steady N_c"), ("silent_at_cap", "silent at the cap"),
@@ -75,11 +92,13 @@ def print_medians(runs: list[dict]) -> None:
         print(f"{label}: median {median} (runs: {shown})")
 
 
-def one_run(args, seed: int) -> dict:
-    """Calibrate, run N* discovery, and (with --steady-s) bisect the steady N_c; print the
-    figures and return them."""
-    from app import calibration, demo, experiments
-    from runtime import RunConfig, execute
+def one_run(args, seed: int, flip: bool = False) -> list[dict]:
+    """Calibrate, (with --steady-s) bisect the steady N_c, then run N* discovery once per cut
+    confidence asked, on the same offer (`flip`: the compared one first, so that over
+    alternate runs neither gains from going first); print the figures and return them, one
+    dict per N* run, in the order asked."""
+    from app import calibration, demo
+    from runtime import RunConfig
     from store import Store
 
     store = Store(os.path.join(tempfile.mkdtemp(), "n_star.duckdb"))
@@ -89,9 +108,17 @@ def one_run(args, seed: int) -> dict:
             f"[{f:4.0%}] {t}", flush=True))
         print(f"calibration: N_c = {cal.n_c} (target {cal.target_ms:.0f} ms, "
               f"{cal.seconds:.1f} s)", flush=True)
-        # More sessions offered than N_c can hold at once, so the cap (not the offer) binds;
+        steady = None
+        if args.steady_s > 0:  # before the N* runs, so the offer can be sized from it
+            steady = steady_n_c(args, cal, store, hi=max(3 * cal.n_c, cal.n_c + 8))
+            loads = ", ".join(f"{n}: {ok_share:.1%} ≤ target, {silent:.2%} silent"
+                              for n, ok_share, silent in steady[1])
+            print(f"steady N_c = {steady[0]} ({args.steady_s:g} s fixed loads: {loads})",
+                  flush=True)
+        # More sessions offered than N_c can hold at once, so the cap (not the offer) binds,
+        # N_c the larger of the two measures (a calibration that errs low must not cap N*);
         # the pool holds every offered window twice over, so memory never decides.
-        offered = args.offered * max(1, cal.n_c)
+        offered = args.offered * max(1, cal.n_c, steady[0] if steady else 0)
         rate = round(offered / args.session_s, 3)
         pool = int(2 * offered * demo.window_blocks(cal.window_tokens, cal.sink_tokens,
                                                     cal.block_size)) + 1
@@ -105,29 +132,44 @@ def one_run(args, seed: int) -> dict:
                                        {"control_interval_s": args.control_interval}),
                          **({} if args.control_window is None else
                             {"control_window_s": args.control_window}))
-        (config,) = experiments.n_star(base, cal.window_tokens, cal.sink_tokens)
-        summary = execute(config, store)
-        store.writer.flush()
-        cur = store.cursor()
-        rep = experiments.n_star_report(summary, cal.n_c, experiments.silent_at_cap(cur, summary))
-        # What the controller held after the climb (the last two thirds of the run): the live
-        # range, and how far single intervals' p95 strayed from the target there.
-        after = cur.execute(
-            "SELECT min(live), max(live), max(limit_sessions), quantile_cont(p95_ms, 0.05), "
-            "quantile_cont(p95_ms, 0.95), count(*) FILTER (WHERE p95_ms > ?) / count(*) "
-            "FROM ticks WHERE run_id = ? AND t >= ? AND p95_ms IS NOT NULL",
-            [calibration.TARGET_FRACTION * cal.frame_ms, summary["run_id"],
-             args.duration / 3]).fetchone()
-        steady = None if args.steady_s <= 0 else steady_n_c(
-            args, cal, store, hi=2 * max(cal.n_c, rep["n_star"] or 1))
+        confidences = [args.control_confidence]
+        if args.compare_confidence is not None:
+            confidences.append(args.compare_confidence)
+        results = {c: n_star_run(args, cal, store, replace(base, control_confidence=c), steady)
+                   for c in (confidences[::-1] if flip else confidences)}
+        results = [results[c] for c in confidences]
     finally:
         store.close()
+    print(f"{time.monotonic() - t0:.0f} s in all", flush=True)
+    return results
+
+
+def n_star_run(args, cal, store, base, steady) -> dict:
+    """One N* discovery run on `base`'s offer; its figures printed and returned."""
+    from app import calibration, experiments
+    from runtime import execute
+
+    (config,) = experiments.n_star(base, cal.window_tokens, cal.sink_tokens)
+    summary = execute(config, store)
+    store.writer.flush()
+    cur = store.cursor()
+    rep = experiments.n_star_report(summary, cal.n_c, experiments.silent_at_cap(cur, summary))
+    # What the controller held after the climb (the last two thirds of the run): the live
+    # range, and how far single intervals' p95 strayed from the target there.
+    after = cur.execute(
+        "SELECT min(live), max(live), max(limit_sessions), quantile_cont(p95_ms, 0.05), "
+        "quantile_cont(p95_ms, 0.95), count(*) FILTER (WHERE p95_ms > ?) / count(*) "
+        "FROM ticks WHERE run_id = ? AND t >= ? AND p95_ms IS NOT NULL",
+        [calibration.TARGET_FRACTION * cal.frame_ms, summary["run_id"],
+         args.duration / 3]).fetchone()
     held = ("never settled at the target" if rep["n_star"] is None else
             f"from {rep['n_star_at_s']:.1f} s for {rep['n_star_for_s']:.1f} s")
     silent = "—" if rep["silent_at_cap"] is None else f"{rep['silent_at_cap']:.2%}"
-    print(f"N* discovery ({args.engine}): Poisson {rate}/s × {args.session_s:g} s sessions, "
-          f"{args.duration:g} s, pool {pool}, open budget {args.open_budget}, control interval "
-          f"{config.control_interval_s:g} s, window {summary['control_window_s']:g} s")
+    print(f"N* discovery ({args.engine}), cut confidence {config.control_confidence:g}: "
+          f"Poisson {config.arrival_rate}/s × {args.session_s:g} s sessions, "
+          f"{args.duration:g} s, pool {config.pool_blocks}, open budget {args.open_budget}, "
+          f"control interval {config.control_interval_s:g} s, window "
+          f"{summary['control_window_s']:g} s")
     print(f"N* = {rep['n_star'] if rep['n_star'] is not None else '—'} ({held})")
     print(f"N_c = {rep['n_c']}")
     ratio = "—" if rep["ratio"] is None else f"{rep['ratio']:.2f}"
@@ -138,20 +180,17 @@ def one_run(args, seed: int) -> dict:
               f"{after[3]:.0f}–{after[4]:.0f} ms (5th–95th) against the "
               f"{calibration.TARGET_FRACTION * cal.frame_ms:.0f} ms target, "
               f"{after[5]:.0%} of ticks over it")
-    result = {**rep, "steady_n_c": None, "steady_ratio": None}
+    result = {**rep, "steady_n_c": None, "steady_ratio": None,
+              "confidence": config.control_confidence}
     if steady is not None:
-        n_c, probes = steady
-        result["steady_n_c"] = n_c
-        result["steady_ratio"] = None if rep["n_star"] is None or not n_c else \
-            round(rep["n_star"] / n_c, 2)
+        result["steady_n_c"] = steady[0]
+        result["steady_ratio"] = None if rep["n_star"] is None or not steady[0] else \
+            round(rep["n_star"] / steady[0], 2)
         ratio = "—" if result["steady_ratio"] is None else f"{result['steady_ratio']:.2f}"
-        loads = ", ".join(f"{n}: {ok_share:.1%} ≤ target, {silent:.2%} silent"
-                          for n, ok_share, silent in probes)
-        print(f"steady N_c = {n_c} ({args.steady_s:g} s fixed loads: {loads}); "
-              f"N*/steady N_c = {ratio}")
+        print(f"N*/steady N_c = {ratio}")
     print(f"p95 = {rep['p95'] or '—'}; final cap {summary['final_limit']}, admitted "
           f"{rep['admitted']}, rejected {rep['rejected']}, opens deferred "
-          f"{summary['opens_deferred']}; {time.monotonic() - t0:.0f} s in all")
+          f"{summary['opens_deferred']}", flush=True)
     return result
 
 
@@ -159,8 +198,6 @@ def steady_n_c(args, cal, store, hi: int) -> tuple[int, list]:
     """The largest fixed load whose frames from the 3rd second on are ≥ 95 % within the target
     (a censored p95 ≤ target) with ≤ 1 % silent: the calibration's rule, on runs as long as the
     stretch N* is judged over instead of 3-second probes. Bisected in [1, hi] on one engine."""
-    from dataclasses import replace
-
     from app import calibration
     from control.window import MAX_SILENT_SHARE
     from runtime import execute, make_engine

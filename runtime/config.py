@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from control.limits import LIMITS, check_target
 from control.placement import PLACEMENTS
-from control.window import MAX_SILENT_SHARE, WindowedLimit
+from control.window import CUT_CONFIDENCE, MAX_SILENT_SHARE, WindowedLimit, check_cut_confidence
 from engine import ENGINES
 from engine.config import EngineConfig
 from engine.contract import POLICIES, KVPolicy
@@ -156,6 +156,8 @@ class RunConfig:
     # Each control sample judges the frames of the last control_window_s (control/window.py):
     # at 80 ms frames 3 s puts one slow tick at 2.7 % of them, under the p95's 5 %.
     control_window_s: float = 3.0
+    # AIMD cuts only when the window's p95 is over the target with this confidence (0: any).
+    control_confidence: float = CUT_CONFIDENCE
     # Session opens per tick (runtime/opens.py): the rest start at the next tick with room,
     # never rejected. 2: the issue's 6/s ramp needs 0.48 opens per 80 ms tick, so steady
     # arrivals wait at most a tick, while a burst of 20 spreads over 10 ticks (0.8 s) instead
@@ -209,6 +211,7 @@ class RunConfig:
                 raise ValueError(f"{name} {flag!r} must be true or false")
         _positive("control interval", self.control_interval_s, " s")
         _positive("control window", self.control_window_s, " s")
+        check_cut_confidence(self.control_confidence)
         if isinstance(self.open_budget, bool) or not isinstance(self.open_budget, int) \
                 or not 1 <= self.open_budget <= 1024:
             raise ValueError(f"open budget {self.open_budget!r} must be an integer in [1, 1024] "
@@ -251,7 +254,8 @@ class RunConfig:
         intervals = max(1, round(self.control_window_s / self.control_interval_s))
         return WindowedLimit(limit, self.control_interval_s, min_samples=5,
                              window_intervals=min(intervals, 600),
-                             max_silent_share=MAX_SILENT_SHARE)
+                             max_silent_share=MAX_SILENT_SHARE,
+                             cut_confidence=self.control_confidence)
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(model=self.model, block_size=self.block_size,
