@@ -5,9 +5,10 @@ budget) with KV bounded to a window, so memory never limits it: only compute doe
 short windowed runs of a fixed load (probes) on one engine: the first probe (2 sessions) gives
 steps to fit the twin's cost model on (engine.twin.fit_cost_model), the fit's analytic N_c is
 where the search starts, then it brackets and bisects on measured p95 until the bracket is
-within 10 % (at most MAX_PROBES probes); the load found is probed again, twice as long, and if
-it fails there the search goes on below it (CONFIRM_LENGTH). On vLLM here: one engine start
-(~20 s) plus ~7 probes of 3 s and one of 6 s, under a minute; on the twin, well under a second.
+within 10 % (at most MAX_PROBES probes); the load found is probed again for CONFIRM_TICKS
+ticks, and one that fails there is over: the next 10 % under it is confirmed instead (at most
+MAX_CONFIRMS). On vLLM here: one engine start (~20 s) plus ~7 probes of 3 s and one of 8 s at
+80 ms frames, about a minute; on the twin, well under a second.
 
 Probe runs go to a private in-memory store, so they never appear among the operator's runs;
 only the calibration row is kept, per engine + model + machine (`store/calibrations.py`).
@@ -39,13 +40,18 @@ PROBE_S = {"vllm": 3.0, "twin": 6.0}  # long enough for ~35 frames per session a
 PERIODS_MS = (80.0, 160.0, 320.0, 640.0, 1000.0, 2000.0)
 DEMO_MIN_SESSIONS = 4  # fewer make no convincing cliff vs slope pair
 FIRST_PROBE_SESSIONS = 2
-# The load found is probed again, CONFIRM_LENGTH probes long, before it is N_c (at most
-# MAX_CONFIRMS times a period): a bisection keeps the largest load that passed once, and near
-# the limit a 3 s probe passes or fails by noise (vLLM, 2 cores, one load of 18 sessions: 3 s
+# The load found is probed again, at least CONFIRM_LENGTH probes and CONFIRM_TICKS ticks
+# long, before it is N_c: a bisection keeps the largest load that passed once, and near the
+# limit a 3 s probe passes or fails by noise (vLLM, 2 cores, one load of 18 sessions: 3 s
 # p95s of 54-58 ms, single seconds 44-68 ms), so one pass overstated N_c (calibrated 21, 21,
-# 23 where 20 s loads served 18, 18, 15: benchmarks/n_star_discovery.py --steady-s 20).
+# 23 where 20 s loads served 18, 18, 15: benchmarks/n_star_discovery.py --steady-s 20). A load
+# that fails its confirm is over, and the next confirm is 10 % (at least one session) under
+# it, at most MAX_CONFIRMS a period: going back to bisecting from the last short pass below
+# it fell far (AVX2 Zen 3, 160 ms: 19 passed once and failed its confirm, 9 then failed its
+# own at 129 ms against 128, and N_c came out 4 where 20 s loads served 13).
 CONFIRM_LENGTH = 2
-MAX_CONFIRMS = 2
+CONFIRM_TICKS = 100  # 8 s at 80 ms frames, 16 s at 160 ms
+MAX_CONFIRMS = 3
 WARM_UP_FRAMES = 12  # a discarded run before the first probe (about 1 s at 80 ms)
 N_MAX = 128  # the calibration pool holds this many windowed sessions
 # The frame and window every probe (and the demo) uses: the defaults of a run.
@@ -244,11 +250,13 @@ class _Search:
                 self.store, self.eng)
 
     def _probe(self, frame_ms: float, n: int, found: dict, max_probes: int,
-               length: int = 1) -> bool:
+               confirm: bool = False) -> bool:
         from dataclasses import replace
 
         # Long enough for ~35 frames a session at 80 ms, and at least 24 at longer periods.
-        duration = length * (self.probe_s or max(self.base.duration_s, 24 * frame_ms / 1e3))
+        duration = self.probe_s or max(self.base.duration_s, 24 * frame_ms / 1e3)
+        if confirm:
+            duration = max(CONFIRM_LENGTH * duration, CONFIRM_TICKS * frame_ms / 1e3)
         config = replace(self.base, sessions=n, frame_ms=frame_ms, duration_s=duration)
         target_ms = TARGET_FRACTION * config.budget
         s = execute(config, self.store, self.eng)
@@ -264,7 +272,9 @@ class _Search:
         self.note(min(0.99, len(self.probes) / (MAX_PROBES + 2 * MAX_PROBES_LONGER)),
                   f"calibrating at {frame_ms:g} ms frames: {n} sessions → p95 "
                   + (f"{p95:.0f} ms" if p95 is not None else "> budget")
-                  + f" (target {target_ms:.0f} ms), probe {len(found)} of ≤ {max_probes}")
+                  + f" (target {target_ms:.0f} ms), "
+                  + (f"held {duration:.0f} s to confirm" if confirm
+                     else f"probe {len(found)} of ≤ {max_probes}"))
         return ok
 
     def n_c_at(self, frame_ms: float, max_probes: int) -> tuple[int, int]:
@@ -278,20 +288,19 @@ class _Search:
         estimate = max(1, min(N_MAX, analytic_n_star(
             model_fit, target_ms, self.base.tokens_in, self.base.tokens_out, resident)))
         lo, hi = _bracket(found)
-        confirms = 0
-        while True:
-            while len(found) < max_probes + confirms:
-                n = _next_probe(lo, hi, estimate, found)
-                if n is None:
-                    break
-                self._probe(frame_ms, n, found, max_probes)
-                lo, hi = _bracket(found)
-            if lo == 0 or confirms >= MAX_CONFIRMS:
+        while len(found) < max_probes:
+            n = _next_probe(lo, hi, estimate, found)
+            if n is None:
+                break
+            self._probe(frame_ms, n, found, max_probes)
+            lo, hi = _bracket(found)
+        for _ in range(MAX_CONFIRMS):
+            if lo == 0 or self._probe(frame_ms, lo, found, max_probes, confirm=True):
                 return lo, estimate
-            confirms += 1
-            if self._probe(frame_ms, lo, found, max_probes, length=CONFIRM_LENGTH):
-                return lo, estimate
-            lo, hi = _bracket(found)  # it failed: that load is over, the search goes on below
+            lo = min(lo - 1, math.floor(0.9 * lo))  # it failed: over; 10 % under it next
+        logger.warning("calibration at %g ms: no load held its confirm; N_c %d, unconfirmed",
+                       frame_ms, lo)
+        return lo, estimate
 
 
 def _bracket(probes: dict[int, tuple]) -> tuple[int, int | None]:

@@ -110,7 +110,7 @@ def one_run(args, seed: int, flip: bool = False) -> list[dict]:
               f"{cal.seconds:.1f} s)", flush=True)
         steady = None
         if args.steady_s > 0:  # before the N* runs, so the offer can be sized from it
-            steady = steady_n_c(args, cal, store, hi=max(3 * cal.n_c, cal.n_c + 8))
+            steady = steady_n_c(args, cal, store, start=max(2, cal.n_c))
             loads = ", ".join(f"{n}: {ok_share:.1%} ≤ target, {silent:.2%} silent"
                               for n, ok_share, silent in steady[1])
             print(f"steady N_c = {steady[0]} ({args.steady_s:g} s fixed loads: {loads})",
@@ -194,24 +194,23 @@ def n_star_run(args, cal, store, base, steady) -> dict:
     return result
 
 
-def steady_n_c(args, cal, store, hi: int) -> tuple[int, list]:
+def steady_n_c(args, cal, store, start: int) -> tuple[int, list]:
     """The largest fixed load whose frames from the 3rd second on are ≥ 95 % within the target
     (a censored p95 ≤ target) with ≤ 1 % silent: the calibration's rule, on runs as long as the
-    stretch N* is judged over instead of 3-second probes. Bisected in [1, hi] on one engine."""
+    stretch N* is judged over instead of 3-second probes. From `start`, doubled until a load
+    fails (a calibration that erred low must not cap it), then bisected, on one engine."""
     from app import calibration
     from control.window import MAX_SILENT_SHARE
     from runtime import execute, make_engine
 
     target_ms = calibration.TARGET_FRACTION * cal.frame_ms
     base = replace(calibration.probe_base(args.engine, args.model, args.steady_s),
-                   frame_ms=cal.frame_ms, pool_blocks=hi * (cal.window_tokens // cal.block_size
-                                                           + 2) + 1)
+                   frame_ms=cal.frame_ms)
     engine = make_engine(base, store)
-    probes, lo, best = [], 1, 0
+    probes, best, hi, n = [], 0, None, start
     try:
         execute(replace(base, sessions=1, duration_s=1.0), store, engine)  # warm-up, discarded
-        while lo <= hi:
-            n = (lo + hi) // 2
+        while n is not None:
             summary = execute(replace(base, sessions=n), store, engine)
             store.writer.flush()
             ok_share, silent = store.cursor().execute(
@@ -219,17 +218,21 @@ def steady_n_c(args, cal, store, hi: int) -> tuple[int, list]:
                 "avg(CASE WHEN silent THEN 1.0 ELSE 0.0 END) FROM frames "
                 "WHERE run_id = ? AND t_submit >= 3.0", [target_ms, summary["run_id"]]
             ).fetchone()
+            served = ok_share is not None and ok_share >= 0.95 and silent <= MAX_SILENT_SHARE
             if ok_share is None:  # no frame after the 3rd second: unknown, so not served
                 print(f"steady probe: {n} sessions, no frames to judge", flush=True)
-                hi = n - 1
-                continue
-            probes.append((n, ok_share, silent))
-            print(f"steady probe: {n} sessions, {ok_share:.1%} within {target_ms:.0f} ms, "
-                  f"{silent:.2%} silent", flush=True)
-            if ok_share >= 0.95 and silent <= MAX_SILENT_SHARE:
-                best, lo = n, n + 1
             else:
-                hi = n - 1
+                probes.append((n, ok_share, silent))
+                print(f"steady probe: {n} sessions, {ok_share:.1%} within {target_ms:.0f} ms, "
+                      f"{silent:.2%} silent", flush=True)
+            if served:
+                best = n
+            else:
+                hi = n
+            if hi is None:
+                n = min(2 * n, calibration.N_MAX) if n < calibration.N_MAX else None
+            else:
+                n = (best + hi) // 2 if hi - best > 1 else None
     finally:
         engine.shutdown()
     return best, sorted(probes)

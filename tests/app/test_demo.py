@@ -73,33 +73,70 @@ def test_the_load_moves_n_c_not_the_other_way_round():
     assert [n for n, *_ in cal.probes].count(cal.n_c) == 2
 
 
-def test_a_load_that_passes_once_by_luck_is_not_n_c(monkeypatch):
-    """Near the limit a short probe passes or fails by noise, and a bisection keeps the largest
-    load that passed once: the load found is probed again, longer, and one that fails then is
-    over the limit and the search goes on below it."""
+def _scripted_search(monkeypatch, verdicts):
+    """A search whose probes answer from `verdicts` (n → list of answers, popped; when none is
+    left, n ≤ 10 holds); returns the search and the probes asked, (n, confirm, ok)."""
     monkeypatch.setattr(calibration, "fit_cost_model", lambda steps, source: (None, {}))
     monkeypatch.setattr(calibration, "analytic_n_star", lambda *args: 12)
-    lucky = {11: [True, False], 12: [True, False]}  # pass once, then fail
     asked = []
 
-    def probe(frame_ms, n, found, max_probes, length=1):
-        ok = lucky[n].pop(0) if lucky.get(n) else n <= 10
-        asked.append((n, length, ok))
+    def probe(frame_ms, n, found, max_probes, confirm=False):
+        ok = verdicts[n].pop(0) if verdicts.get(n) else n <= 10
+        asked.append((n, confirm, ok))
         found[n] = (n, 50.0, 0.0, ok)
         return ok
 
     search = calibration._Search(calibration.probe_base("twin", "tiny"), None, None, None)
     search._probe = probe
+    return search, asked
+
+
+def test_a_load_that_passes_once_by_luck_is_not_n_c(monkeypatch):
+    """Near the limit a short probe passes or fails by noise, and a bisection keeps the largest
+    load that passed once: the load found is probed again, longer, and one that fails then is
+    over the limit; the next confirm is 10 % under it."""
+    search, asked = _scripted_search(monkeypatch, {11: [True, False], 12: [True, False]})
     try:
         n_c, _ = search.n_c_at(80.0, calibration.MAX_PROBES)
     finally:
         search.close()
-    # 2 and 12 pass, 18, 15 and 13 are over; 12 probed again, twice as long, fails
-    assert asked[:6] == [(2, 1, True), (12, 1, True), (18, 1, False), (15, 1, False),
-                         (13, 1, False), (12, 2, False)]
-    # the search goes on below 12 (bisecting from 2) and its result passes its own second probe
-    assert [n for n, length, _ in asked[6:] if length == 1] == [7, 9, 10]
-    assert n_c == 10 and asked[-1] == (10, 2, True)
+    # 2 and 12 pass, 18, 15 and 13 are over; 12 probed again, for the confirm's length, fails
+    assert asked[:6] == [(2, False, True), (12, False, True), (18, False, False),
+                         (15, False, False), (13, False, False), (12, True, False)]
+    # then 10 (⌊0.9 · 12⌋), confirmed at once: no new bisection from the last short pass
+    assert asked[6:] == [(10, True, True)] and n_c == 10
+
+
+def test_confirms_step_down_a_tenth_at_a_time_and_stop_after_their_limit(monkeypatch):
+    search, asked = _scripted_search(monkeypatch, {12: [True, False], 10: [False],
+                                                   9: [False], 8: [False]})
+    try:
+        n_c, _ = search.n_c_at(80.0, calibration.MAX_PROBES)
+    finally:
+        search.close()
+    confirms = [(n, ok) for n, confirm, ok in asked if confirm]
+    assert confirms == [(12, False), (10, False), (9, False)]  # MAX_CONFIRMS of them
+    assert n_c == 8  # the next step under the last that failed, unconfirmed (logged)
+
+
+def test_a_confirm_lasts_its_ticks_at_every_period(monkeypatch):
+    """The confirm lasts CONFIRM_TICKS ticks at any period, so a longer period is judged over
+    as many ticks as the 80 ms one, not over the same seconds."""
+    durations = []
+    monkeypatch.setattr(calibration, "execute", lambda config, store, eng: (
+        durations.append(config.duration_s) or {"p95_censored": False, "p95_ms": 1.0,
+                                                 "silent_rate": 0.0, "status": "finished",
+                                                 "run_id": "x"}))
+    monkeypatch.setattr(calibration.queries, "steps", lambda cur, run_id: [])
+    search = calibration._Search(calibration.probe_base("vllm", "tiny"), None,
+                                 lambda fraction, text: None, None)
+    try:
+        for frame_ms in (80.0, 160.0):
+            assert search._probe(frame_ms, 3, {}, 4) and search._probe(frame_ms, 3, {}, 4,
+                                                                        confirm=True)
+    finally:
+        search.close()
+    assert durations == [3.0, 8.0, 3.84, 16.0]
 
 
 def test_a_calibration_is_kept_per_engine_model_dtype_and_machine_and_reused(store):
