@@ -14,6 +14,15 @@ from control.signals import percentile, quantile_floor
 MAX_SILENT_SHARE = 0.01
 # A cut needs the window's p95 over the target with this confidence (RunConfig's default).
 CUT_CONFIDENCE = 0.9
+# A window holds at least this many ticks at any frame period: what 3 s holds at 80 ms, the
+# period the defaults were tuned at (at 160 ms, 3 s is 19 ticks, and its p95 is the slowest).
+MIN_WINDOW_TICKS = 36
+
+
+def window_intervals(window_s: float, interval_s: float, frame_s: float) -> int:
+    """Control intervals a window spans: window_s, and at least MIN_WINDOW_TICKS frames."""
+    return min(600, max(1, round(window_s / interval_s),
+                        math.ceil(MIN_WINDOW_TICKS * frame_s / interval_s - 1e-9)))
 
 
 def check_cut_confidence(confidence) -> float:

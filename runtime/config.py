@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 from control.limits import LIMITS, check_target
 from control.placement import PLACEMENTS
-from control.window import CUT_CONFIDENCE, MAX_SILENT_SHARE, WindowedLimit, check_cut_confidence
+from control.window import (CUT_CONFIDENCE, MAX_SILENT_SHARE, WindowedLimit,
+                            check_cut_confidence, window_intervals)
 from engine import ENGINES
 from engine.config import EngineConfig
 from engine.contract import POLICIES, KVPolicy
@@ -153,11 +154,10 @@ class RunConfig:
     stall_guard: bool = False  # evict the largest session when the pool stalls
     memory_guard: bool = False  # refuse sessions whose KV would fill the pool in their lifetime
     control_interval_s: float = 1.0
-    # Each control sample judges the frames of the last control_window_s (control/window.py):
-    # at 80 ms frames 3 s puts one slow tick at 2.7 % of them, under the p95's 5 %.
+    # Each control sample judges the frames of the last control_window_s, and of at least 36
+    # ticks (control/window.py): at 80 ms 3 s puts one slow tick at 2.7 %, under the p95's 5 %.
     control_window_s: float = 3.0
-    # AIMD cuts only when the window's p95 is over the target with this confidence (0: any).
-    control_confidence: float = CUT_CONFIDENCE
+    control_confidence: float = CUT_CONFIDENCE  # a cut needs the p95 over it this surely (0: any)
     # Session opens per tick (runtime/opens.py): the rest start at the next tick with room,
     # never rejected. 2: the issue's 6/s ramp needs 0.48 opens per 80 ms tick, so steady
     # arrivals wait at most a tick, while a burst of 20 spreads over 10 ticks (0.8 s) instead
@@ -251,9 +251,9 @@ class RunConfig:
 
     def windowed_limit(self, limit) -> WindowedLimit:
         """The control sampler through which a run of this config feeds `limit`."""
-        intervals = max(1, round(self.control_window_s / self.control_interval_s))
+        intervals = window_intervals(self.control_window_s, self.control_interval_s, self.frame_s)
         return WindowedLimit(limit, self.control_interval_s, min_samples=5,
-                             window_intervals=min(intervals, 600),
+                             window_intervals=intervals,
                              max_silent_share=MAX_SILENT_SHARE,
                              cut_confidence=self.control_confidence)
 

@@ -12,6 +12,7 @@ import json
 import logging
 
 from control.signals import fit_occupancy, predict_t_sat
+from control.window import window_intervals
 from engine.contract import Engine
 from runtime.config import RunConfig
 from runtime.record import Recorder
@@ -103,7 +104,8 @@ def summarise(recorder: Recorder, cursor, engine: Engine, *, status: str, reason
         # Admitted sessions whose start waited for a tick with room in the open budget.
         "open_budget": cfg.open_budget, "opens_deferred": opens_deferred,
         # Each control sample judged this many seconds of frames (control/window.py).
-        "control_window_s": max(cfg.control_window_s, cfg.control_interval_s),
+        "control_window_s": cfg.control_interval_s * window_intervals(
+            cfg.control_window_s, cfg.control_interval_s, cfg.frame_s),
         "frames": frames, "silent_frames": tot.silent,
         # Censored: no answer when finalised, latency unknown (≥ budget); a percentile whose
         # rank falls among them is null with its *_censored flag set: "> budget".

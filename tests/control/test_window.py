@@ -6,7 +6,7 @@ import math
 import pytest
 
 from control.limits import AIMDConfig, AIMDLimit
-from control.window import CUT_CONFIDENCE, MAX_SILENT_SHARE, WindowedLimit
+from control.window import CUT_CONFIDENCE, MAX_SILENT_SHARE, WindowedLimit, window_intervals
 from runtime import RunConfig
 
 
@@ -148,3 +148,17 @@ def test_a_run_judges_cuts_with_the_default_confidence_and_checks_it():
     for bad in (0.3, 1.0, True, "high"):
         with pytest.raises(ValueError, match="cut confidence"):
             RunConfig(engine="twin", control_confidence=bad)
+
+
+def test_a_window_holds_at_least_36_ticks_at_any_frame_period():
+    # 3 s at 80 ms (37.5 ticks), the period the defaults were tuned at; at 160 ms 3 s is only
+    # 19 ticks, so the window grows to 6 s; a longer window asked for is kept.
+    assert window_intervals(3.0, 1.0, 0.08) == 3
+    assert window_intervals(3.0, 1.0, 0.16) == 6
+    assert window_intervals(3.0, 1.0, 1.0) == 36
+    assert window_intervals(10.0, 1.0, 0.08) == 10
+    assert window_intervals(3.0, 0.5, 0.16) == 12
+    for frame_ms, seconds in ((80, 3.0), (160, 6.0)):
+        intervals = RunConfig(engine="twin", frame_ms=frame_ms).windowed_limit(
+            AIMDLimit(AIMDConfig(), budget_ms=frame_ms))._closed.maxlen
+        assert intervals == seconds  # 1 s intervals
