@@ -9,8 +9,6 @@ frames at the cap and the p95 (censored printed as "> budget").
         --control-interval 3     # also N_c from 20 s fixed loads; 3 s control samples
     .venv/bin/python benchmarks/n_star_discovery.py --engine vllm --steady-s 20 --repeats 3
         # three whole runs and the medians of their figures
-    .venv/bin/python benchmarks/n_star_discovery.py --engine vllm --steady-s 20 --repeats 3 \
-        --compare-confidence 0   # each run also with cuts on any p95 over the target, beside it
 
 Prints only; the figures for docs/BENCHMARKS.md are copied from vLLM runs with the command.
 """
@@ -49,39 +47,25 @@ def main() -> None:
     parser.add_argument("--control-window", type=float, default=None,
                         help="seconds of frames each control sample judges (default: "
                              "RunConfig's)")
-    parser.add_argument("--control-confidence", type=float, default=None,
-                        help="confidence a cut needs (control/window.py; default: "
-                             "CUT_CONFIDENCE; 0: any p95 over the target)")
-    parser.add_argument("--compare-confidence", type=float, default=None,
-                        help="also run N* with this cut confidence beside each run's first "
-                             "(same calibration and offer; second in odd runs, first in even)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="whole runs (calibration, N*, steady N_c), seeds seed, seed+1, "
                              "…; prints each run's figures, then their medians")
     args = parser.parse_args()
-    from control.window import CUT_CONFIDENCE
-
-    if args.control_confidence is None:
-        args.control_confidence = CUT_CONFIDENCE
-    if args.compare_confidence == args.control_confidence:
-        parser.error(f"--compare-confidence {args.compare_confidence:g} is the cut confidence "
-                     "already run")
     logging.basicConfig(level=logging.WARNING)
-    runs = []  # per whole run: one dict per N* run (the cut confidences, in order)
+    runs = []
     for k in range(args.repeats):
         if args.repeats > 1:
             print(f"=== run {k + 1} of {args.repeats} (seed {args.seed + k})", flush=True)
-        runs.append(one_run(args, args.seed + k, flip=k % 2 == 1))
+        runs.append(one_run(args, args.seed + k))
     if args.repeats > 1:
-        for i in range(len(runs[0])):
-            print_medians([r[i] for r in runs])
+        print_medians(runs)
 
 
 def print_medians(runs: list[dict]) -> None:
     """Each figure's median over the runs (a run where it is unknown is left out, and said)."""
     import statistics
 
-    print(f"=== medians over {len(runs)} runs, cut confidence {runs[0]['confidence']:g}")
+    print(f"=== medians over {len(runs)} runs")
     for key, label in (("n_c", "calibrated N_c"), ("steady_n_c", "steady N_c"),
                        ("n_star", "N*"), ("ratio", "N*/N_c"),
                        ("steady_ratio", "N*/steady N_c"), ("silent_at_cap", "silent at the cap"),
@@ -92,11 +76,9 @@ def print_medians(runs: list[dict]) -> None:
         print(f"{label}: median {median} (runs: {shown})")
 
 
-def one_run(args, seed: int, flip: bool = False) -> list[dict]:
-    """Calibrate, (with --steady-s) bisect the steady N_c, then run N* discovery once per cut
-    confidence asked, on the same offer (`flip`: the compared one first, so that over
-    alternate runs neither gains from going first); print the figures and return them, one
-    dict per N* run, in the order asked."""
+def one_run(args, seed: int) -> dict:
+    """Calibrate, (with --steady-s) measure the steady N_c, then run N* discovery; print the
+    figures and return them."""
     from app import calibration, demo
     from runtime import RunConfig
     from store import Store
@@ -132,16 +114,11 @@ def one_run(args, seed: int, flip: bool = False) -> list[dict]:
                                        {"control_interval_s": args.control_interval}),
                          **({} if args.control_window is None else
                             {"control_window_s": args.control_window}))
-        confidences = [args.control_confidence]
-        if args.compare_confidence is not None:
-            confidences.append(args.compare_confidence)
-        results = {c: n_star_run(args, cal, store, replace(base, control_confidence=c), steady)
-                   for c in (confidences[::-1] if flip else confidences)}
-        results = [results[c] for c in confidences]
+        result = n_star_run(args, cal, store, base, steady)
     finally:
         store.close()
     print(f"{time.monotonic() - t0:.0f} s in all", flush=True)
-    return results
+    return result
 
 
 def n_star_run(args, cal, store, base, steady) -> dict:
@@ -165,7 +142,7 @@ def n_star_run(args, cal, store, base, steady) -> dict:
     held = ("never settled at the target" if rep["n_star"] is None else
             f"from {rep['n_star_at_s']:.1f} s for {rep['n_star_for_s']:.1f} s")
     silent = "—" if rep["silent_at_cap"] is None else f"{rep['silent_at_cap']:.2%}"
-    print(f"N* discovery ({args.engine}), cut confidence {config.control_confidence:g}: "
+    print(f"N* discovery ({args.engine}): "
           f"Poisson {config.arrival_rate}/s × {args.session_s:g} s sessions, "
           f"{args.duration:g} s, pool {config.pool_blocks}, open budget {args.open_budget}, "
           f"control interval {config.control_interval_s:g} s, window "
@@ -180,8 +157,7 @@ def n_star_run(args, cal, store, base, steady) -> dict:
               f"{after[3]:.0f}–{after[4]:.0f} ms (5th–95th) against the "
               f"{calibration.TARGET_FRACTION * cal.frame_ms:.0f} ms target, "
               f"{after[5]:.0%} of ticks over it")
-    result = {**rep, "steady_n_c": None, "steady_ratio": None,
-              "confidence": config.control_confidence}
+    result = {**rep, "steady_n_c": None, "steady_ratio": None}
     if steady is not None:
         result["steady_n_c"] = steady[0]
         result["steady_ratio"] = None if rep["n_star"] is None or not steady[0] else \

@@ -2,9 +2,8 @@
 the admission gate (control.admission) admits against it.
 
 A Limit sees one aggregated sample per control interval (`control.window.WindowedLimit` does
-the aggregation), never raw frames: `on_sample(now, latency_ms, inflight, dropped, floor_ms)`
-where latency is a p95, `dropped` says too many frames went silent, and `floor_ms` (None: the
-p95 itself) is a bound the true p95 is at or above with the window's confidence."""
+the aggregation), never raw frames: `on_sample(now, latency_ms, inflight, dropped)` where
+latency is a p95 and `dropped` says too many frames went silent."""
 
 from __future__ import annotations
 
@@ -22,18 +21,16 @@ class Limit(Protocol):
     """What every limit shares (AIMD, gradient, fixed) and all that the gate and the runner use.
 
     `limit` is the current cap on live sessions; `on_sample` takes one aggregated control sample
-    and returns the new cap (AIMD cuts only when `floor_ms` is over the target); `retarget`
-    moves the latency target (a fraction of the budget; a fixed cap has none and ignores it).
-    A runner swaps a limit live through `Gate.set_limit` and `WindowedLimit.set_limit`, never
-    by writing attributes."""
+    and returns the new cap; `retarget` moves the latency target (a fraction of the budget; a
+    fixed cap has none and ignores it). A runner swaps a limit live through `Gate.set_limit` and
+    `WindowedLimit.set_limit`, never by writing attributes."""
 
     kind: str
 
     @property
     def limit(self) -> int: ...
 
-    def on_sample(self, now: float, latency_ms: float, inflight: int, dropped: bool,
-                  floor_ms: float | None = None) -> int: ...
+    def on_sample(self, now: float, latency_ms: float, inflight: int, dropped: bool) -> int: ...
 
     def retarget(self, target_fraction: float) -> None: ...
 
@@ -122,11 +119,8 @@ class AIMDLimit(_TargetedLimit):
     in milliseconds, wrong for sessions that stay for minutes and are never evicted, where a cap
     cut below the live count serves no one and only starves the next arrivals (issue 24: the
     cap decayed to 1 under 20 live sessions served at the target). So, as the paper's gateway:
-    - a drop, or latency over the target for sure (`floor_ms` over it): cut to
-      min(limit, ⌊backoff · live⌋), never below that anchor while those sessions stay
-      (repeated bad samples at the same live count do not decay it);
-    - the p95 over the target but its floor not: hold (neither cut nor grow; a window of ~40
-      ticks reads over a load that is within it often, control/window.py);
+    - over target or a drop: cut to min(limit, ⌊backoff · live⌋), never below that anchor
+      while those sessions stay (repeated bad samples at the same live count do not decay it);
     - latency has room: the cap is at least the live count (it follows live back up after a
       cut, so a session that leaves is replaced at once), and grows by `increase` when live is
       within `headroom` of it (a cap nobody uses is not grown); near the target only once
@@ -143,17 +137,13 @@ class AIMDLimit(_TargetedLimit):
     def limit(self) -> int:
         return self._limit
 
-    def on_sample(self, now: float, latency_ms: float, inflight: int, dropped: bool,
-                  floor_ms: float | None = None) -> int:
+    def on_sample(self, now: float, latency_ms: float, inflight: int, dropped: bool) -> int:
         cfg = self.config
         old = self._limit
-        floor = latency_ms if floor_ms is None else min(floor_ms, latency_ms)
-        if dropped or floor > self.target_ms:
+        if dropped or latency_ms > self.target_ms:
             anchor = math.floor(cfg.backoff * inflight)
             self._limit = max(cfg.min_limit, min(self._limit, anchor))
             self._at_target = 0
-        elif latency_ms > self.target_ms:
-            self._at_target = 0  # over, but within the window's noise: hold
         else:
             self._at_target += 1
             base = max(self._limit, inflight)
@@ -193,9 +183,7 @@ class GradientConfig:
 class GradientLimit(_TargetedLimit):
     """Gradient (Envoy / Netflix Gradient2 family): scale the cap by target/measured latency,
     plus a √limit queue allowance so it can probe upwards when latency has headroom. A cut
-    stops at ⌊anchor · live⌋, so sessions that stay do not see the cap decay under them.
-    `floor_ms` is not used: the cut is in proportion to how far over the p95 is, so a p95 just
-    over, within the window's noise, moves the cap by a few per cent only."""
+    stops at ⌊anchor · live⌋, so sessions that stay do not see the cap decay under them."""
 
     kind = "gradient"
 
@@ -207,8 +195,7 @@ class GradientLimit(_TargetedLimit):
     def limit(self) -> int:
         return int(self._estimate)
 
-    def on_sample(self, now: float, latency_ms: float, inflight: int, dropped: bool,
-                  floor_ms: float | None = None) -> int:
+    def on_sample(self, now: float, latency_ms: float, inflight: int, dropped: bool) -> int:
         cfg = self.config
         old = self.limit
         if dropped:
@@ -241,8 +228,7 @@ class FixedLimit(_Listeners):
     def limit(self) -> int:
         return self._limit
 
-    def on_sample(self, now: float, latency_ms: float, inflight: int, dropped: bool,
-                  floor_ms: float | None = None) -> int:
+    def on_sample(self, now: float, latency_ms: float, inflight: int, dropped: bool) -> int:
         return self._limit
 
     def retarget(self, target_fraction: float) -> None:

@@ -19,33 +19,6 @@ def percentile(values: list[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def quantile_floor(values: list[float], q: float, trials: int, confidence: float) -> float | None:
-    """A lower confidence bound on the q-quantile: a value the true quantile is at or above
-    with probability ≥ `confidence`, distribution-free (binomial order statistics). `trials` is
-    how many independent observations the values hold: frames of one tick rise and fall
-    together, so a window of n ticks is n trials however many sessions it has.
-
-    Shape: F, the trials above the true quantile, is Binomial(trials, 1 − q); with f the least
-    count where P(F ≤ f) ≥ confidence, the bound is the value with (f + 1) / trials of the
-    values at or above it. 37 ticks at q 0.95, confidence 0.9: f is 4 (P(F ≤ 3) is only 0.89),
-    so the bound is the 5th-slowest tick, over the true p95 in 4 % of windows, not 10 %."""
-    if not 0 < q < 1 or not 0 < confidence < 1:
-        raise ValueError(f"quantile {q} and confidence {confidence} must be in (0, 1)")
-    if trials < 1:
-        raise ValueError(f"trials {trials} must be ≥ 1")
-    if not values:
-        return None
-    p_over, cdf = 1 - q, 0.0
-    for f in range(trials + 1):
-        cdf += math.comb(trials, f) * p_over ** f * q ** (trials - f)
-        if cdf >= confidence:
-            break
-    # The value with (f + 1) / trials of the values at or above it: position n · (1 − share)
-    # of the n sorted values (n − 1 is the last).
-    n = len(values)
-    return percentile(values, min(1.0, max(0.0, n * (1 - (f + 1) / trials) / max(n - 1, 1))))
-
-
 @dataclass(frozen=True)
 class OccupancyFit:
     rho0: float

@@ -7,15 +7,14 @@ import math
 from collections import deque
 
 from control.limits import Limit
-from control.signals import percentile, quantile_floor
+from control.signals import percentile
 
 # A control sample with more silent frames than this share is a drop: the same rule that says a
 # calibration probe is served (app/calibration.py), so the cap is judged as N_c is.
 MAX_SILENT_SHARE = 0.01
-# A cut needs the window's p95 over the target with this confidence (RunConfig's default).
-CUT_CONFIDENCE = 0.9
 # A window holds at least this many ticks at any frame period: what 3 s holds at 80 ms, the
-# period the defaults were tuned at (at 160 ms, 3 s is 19 ticks, and its p95 is the slowest).
+# period the defaults were tuned at (at 160 ms 3 s is 19 ticks, whose p95 is within one tick
+# of the slowest: N* discovery on vLLM held a median 0.88 of a 20 s load's N_c, 0.93 with 6 s).
 MIN_WINDOW_TICKS = 36
 
 
@@ -23,14 +22,6 @@ def window_intervals(window_s: float, interval_s: float, frame_s: float) -> int:
     """Control intervals a window spans: window_s, and at least MIN_WINDOW_TICKS frames."""
     return min(600, max(1, round(window_s / interval_s),
                         math.ceil(MIN_WINDOW_TICKS * frame_s / interval_s - 1e-9)))
-
-
-def check_cut_confidence(confidence) -> float:
-    """The one check of a cut's confidence (WindowedLimit, RunConfig)."""
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) \
-            or not (confidence == 0 or 0.5 <= confidence < 1):
-        raise ValueError(f"cut confidence {confidence!r} must be 0 (off) or in [0.5, 1)")
-    return float(confidence)
 
 
 class WindowedLimit:
@@ -46,20 +37,10 @@ class WindowedLimit:
     and a drop means more than 1 % silent, the rule N_c is calibrated by; a sustained overload
     still shows within one interval (a p95 crosses once 5 % of the window is over). After a cut
     the window starts again, and while live is at or over the cap the next sample waits until
-    it is full.
-
-    With `cut_confidence` (0: off) each sample also carries `floor_ms`, a bound the window's
-    true p95 is at or above with that confidence, its frames counted as the ticks they came in
-    (frames ÷ live sessions). Why: a 3 s window at 80 ms frames holds ~37 ticks, so its p95 is
-    about the second-slowest tick; at the load N_c is calibrated by (3–5 % of ticks over the
-    target) a third to a half of such windows read over it (2 or more of 37 ticks, binomial),
-    and AIMD, cutting on each, settled well under N_c with nothing silent (BENCHMARKS). The
-    floor is over the target only when the share of ticks over it exceeds 5 % by more than
-    that count's binomial noise."""
+    it is full."""
 
     def __init__(self, limit: Limit, interval_s: float = 1.0, min_samples: int = 10,
-                 window_intervals: int = 1, max_silent_share: float = 0.0,
-                 cut_confidence: float = 0.0) -> None:
+                 window_intervals: int = 1, max_silent_share: float = 0.0) -> None:
         if interval_s <= 0:
             raise ValueError(f"control interval {interval_s} s must be > 0")
         if min_samples < 1:
@@ -69,7 +50,6 @@ class WindowedLimit:
                              "[1, 600]")
         if not 0 <= max_silent_share < 1:
             raise ValueError(f"silent share {max_silent_share} must be in [0, 1)")
-        self.cut_confidence = check_cut_confidence(cut_confidence)
         self.inner = limit
         self.interval_s = interval_s
         self.min_samples = min_samples
@@ -118,12 +98,7 @@ class WindowedLimit:
         p95 = percentile(samples, 0.95) if samples else math.inf
         self.last_p95_ms = p95
         before = self.inner.limit
-        if self.cut_confidence and samples:
-            ticks = max(1, round(len(samples) / max(inflight, 1)))
-            floor = quantile_floor(samples, 0.95, ticks, self.cut_confidence)
-            self.inner.on_sample(now, p95, inflight, dropped, floor_ms=floor)
-        else:
-            self.inner.on_sample(now, p95, inflight, dropped)
+        self.inner.on_sample(now, p95, inflight, dropped)
         if self.inner.limit < before:
             # One cut per window (TCP's one cut per round trip): the frames from before the cut
             # leave the window, and the next sample waits for a whole window of frames the new

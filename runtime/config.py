@@ -7,8 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from control.limits import LIMITS, check_target
 from control.placement import PLACEMENTS
-from control.window import (CUT_CONFIDENCE, MAX_SILENT_SHARE, WindowedLimit,
-                            check_cut_confidence, window_intervals)
+from control.window import MAX_SILENT_SHARE, WindowedLimit, window_intervals
 from engine import ENGINES
 from engine.config import EngineConfig
 from engine.contract import POLICIES, KVPolicy
@@ -157,7 +156,6 @@ class RunConfig:
     # Each control sample judges the frames of the last control_window_s, and of at least 36
     # ticks (control/window.py): at 80 ms 3 s puts one slow tick at 2.7 %, under the p95's 5 %.
     control_window_s: float = 3.0
-    control_confidence: float = CUT_CONFIDENCE  # a cut needs the p95 over it this surely (0: any)
     # Session opens per tick (runtime/opens.py): the rest start at the next tick with room,
     # never rejected. 2: the issue's 6/s ramp needs 0.48 opens per 80 ms tick, so steady
     # arrivals wait at most a tick, while a burst of 20 spreads over 10 ticks (0.8 s) instead
@@ -211,7 +209,6 @@ class RunConfig:
                 raise ValueError(f"{name} {flag!r} must be true or false")
         _positive("control interval", self.control_interval_s, " s")
         _positive("control window", self.control_window_s, " s")
-        check_cut_confidence(self.control_confidence)
         if isinstance(self.open_budget, bool) or not isinstance(self.open_budget, int) \
                 or not 1 <= self.open_budget <= 1024:
             raise ValueError(f"open budget {self.open_budget!r} must be an integer in [1, 1024] "
@@ -254,8 +251,7 @@ class RunConfig:
         intervals = window_intervals(self.control_window_s, self.control_interval_s, self.frame_s)
         return WindowedLimit(limit, self.control_interval_s, min_samples=5,
                              window_intervals=intervals,
-                             max_silent_share=MAX_SILENT_SHARE,
-                             cut_confidence=self.control_confidence)
+                             max_silent_share=MAX_SILENT_SHARE)
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(model=self.model, block_size=self.block_size,

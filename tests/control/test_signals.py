@@ -1,10 +1,8 @@
 import math
-import random
 
 import pytest
 
-from control.signals import (StallDetector, fit_occupancy, percentile, predict_t_sat,
-                             quantile_floor)
+from control.signals import StallDetector, fit_occupancy, percentile, predict_t_sat
 
 
 def test_percentile_interpolates_like_quantile_cont():
@@ -52,29 +50,3 @@ def test_stall_needs_a_full_pool_owed_frames_and_consecutive_quiet_ticks():
     assert not idle.update(0.0, 0, frames_waiting=0, occupancy=1.0)  # nothing owed
     hiccup = StallDetector(min_ticks=1)
     assert not hiccup.update(0.0, 0, frames_waiting=8, occupancy=0.6)  # room left: not a stall
-
-
-def test_quantile_floor_is_under_the_true_p95_as_often_as_its_confidence_says():
-    # Uniform on [0, 1): the true p95 is 0.95. 37 trials (a 3 s window of 80 ms ticks), each
-    # repeated over 4 sessions (frames of one tick move together), 3000 windows.
-    rng = random.Random(7)
-    over = 0
-    for _ in range(3000):
-        ticks = [rng.random() for _ in range(37)]
-        frames = [x for x in ticks for _ in range(4)]
-        over += quantile_floor(frames, 0.95, trials=37, confidence=0.9) > 0.95
-    # At most 10 % over by construction (binomial order statistics are conservative, so a
-    # little under it); 2 % would be a bound that had stopped saying anything.
-    assert 0.02 < over / 3000 <= 0.11, over / 3000
-
-
-def test_quantile_floor_rises_to_the_p95_as_the_trials_grow_and_checks_its_arguments():
-    xs = [float(x) for x in range(1000)]
-    floors = [quantile_floor(xs, 0.95, trials=n, confidence=0.9) for n in (10, 37, 300)]
-    assert floors == sorted(floors) and floors[-1] < percentile(xs, 0.95)
-    assert percentile(xs, 0.95) - floors[-1] < percentile(xs, 0.95) - floors[0]
-    assert quantile_floor([], 0.95, trials=5, confidence=0.9) is None
-    with pytest.raises(ValueError, match="confidence 1"):
-        quantile_floor(xs, 0.95, trials=5, confidence=1)
-    with pytest.raises(ValueError, match="trials 0"):
-        quantile_floor(xs, 0.95, trials=0, confidence=0.9)
