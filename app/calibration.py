@@ -7,8 +7,9 @@ steps to fit the twin's cost model on (engine.twin.fit_cost_model), the fit's an
 where the search starts, then it brackets and bisects on measured p95 until the bracket is
 within 10 % (at most MAX_PROBES probes); the load found is probed again for CONFIRM_TICKS
 ticks, and one that fails there is over: the next 10 % under it is confirmed instead (at most
-MAX_CONFIRMS). On vLLM here: one engine start (~20 s) plus ~7 probes of 3 s and one of 8 s at
-80 ms frames, about a minute; on the twin, well under a second.
+MAX_CONFIRMS). On vLLM, 2 cores: one engine start (~20 s), ~7 probes of 3 s and a confirm of
+8 s at 80 ms frames, and on an AVX2-only CPU ~4 more probes and up to 3 confirms of 16 s at
+160 ms: 71-129 s there (docs/BENCHMARKS.md); on the twin, well under a second.
 
 Probe runs go to a private in-memory store, so they never appear among the operator's runs;
 only the calibration row is kept, per engine + model + machine (`store/calibrations.py`).

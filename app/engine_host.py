@@ -145,7 +145,7 @@ class RunHost:
     def start_prepared(self, prepare, total: int, db_path: str | None = None,
                        kind: str | None = None) -> list[str]:
         """Like start_series, but the configs come from `prepare(store, progress)`, called
-        first on the host's thread (a calibration: most of a minute on vLLM, never on a page's
+        first on the host's thread (a calibration: a minute or two on vLLM, never on a page's
         thread). `progress(fraction, text)` shows in `state().note` and raises once the
         host is stopped. `total`: how many configs prepare returns (0: it is the whole job,
         e.g. a recalibration). Returns the run ids at once."""

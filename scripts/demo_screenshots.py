@@ -4,7 +4,7 @@ the Live page's demo button, the comparison it lands on, then the Experiments fo
     .venv/bin/python scripts/demo_screenshots.py --engine vllm --out artifacts/demo-vllm
 
 Debian Chromium through Playwright (no browser download). On vLLM the first click calibrates
-(about a minute on two cores) and runs the pair (two engine starts): allow ~5 minutes.
+(one to two minutes on two cores) and runs the pair (two engine starts): allow ~5 minutes.
 """
 
 from __future__ import annotations

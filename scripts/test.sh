@@ -16,7 +16,8 @@ started=$SECONDS
 
 "$PY" -m pytest -q -n "$WORKERS" -m "not vllm" "$@"
 first=$?
-"$PY" -m pytest -q -m vllm -p no:xdist "$@"
+# --durations: the slowest vLLM tests in the log, so a slow CI machine says where its time went
+"$PY" -m pytest -q -m vllm -p no:xdist --durations=10 "$@"
 second=$?
 echo "test.sh: phase 1 (not vllm, $WORKERS workers) exit $first; phase 2 (vllm) exit $second;" \
      "$(( SECONDS - started )) s in all" >&2
