@@ -67,7 +67,8 @@ class Calibration:
     machine: str  # the CPU (model, cores, the flags that matter) and the GPU, if any
     dtype: str  # the type the model ran in (engine/dtype.py); "simulated" for the twin
     calibrated_at: dt.datetime
-    n_c: int  # the largest measured load whose p95 stayed within the target (0: not even 1)
+    n_c: int  # the largest load whose p95 held through its confirm (0: not even 1; after
+    # MAX_CONFIRMS failed confirms, the step under the last, unconfirmed and logged)
     n_c_estimate: int  # the cost model's analytic N_c, where the search started
     target_ms: float
     frame_ms: float
