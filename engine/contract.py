@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -108,13 +109,38 @@ class FrameHandle:
     t_submit: float
     max_new: int
     token_times: list[float] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)  # filled where the backend knows them
+    token_ids: list[int] = field(default_factory=list)  # the output ids, as they come
     t_done: float | None = None
     error: str | None = None
     _event: threading.Event = field(default_factory=threading.Event, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _watcher: Callable[[int, list[int] | None, float], None] | None = field(default=None,
+                                                                          repr=False)
 
-    def add_tokens(self, n: int, t: float) -> None:
-        self.token_times.extend([t] * n)
+    def add_tokens(self, n: int, t: float, ids: list[int] | None = None) -> None:
+        """The engine's thread: `n` tokens came out at `t` (engine clock); `ids`, where the
+        backend knows them (then `token_ids` holds every one, in order)."""
+        assert ids is None or len(ids) == n, f"{n} tokens with {len(ids)} ids"
+        with self._lock:
+            if ids is not None:
+                self.token_ids.extend(ids)
+            self.token_times.extend([t] * n)
+            watcher = self._watcher
+        if watcher is not None:
+            watcher(n, ids, t)
+
+    def watch(self, watcher: Callable[[int, list[int] | None, float], None]) -> None:
+        """Call `watcher(n, ids, t)` for this frame's tokens, those already out first, from
+        whichever thread adds them (a gateway pushes a frame's words as they come)."""
+        with self._lock:
+            times = list(self.token_times)
+            ids = list(self.token_ids) if len(self.token_ids) == len(times) else None
+            self._watcher = watcher
+        start = 0  # tokens out before the watch, grouped by their time as they came
+        for i in range(1, len(times) + 1):
+            if i == len(times) or times[i] != times[start]:
+                watcher(i - start, None if ids is None else ids[start:i], times[start])
+                start = i
 
     def finish(self, t: float, error: str | None = None) -> None:
         if self.t_done is not None:
@@ -176,6 +202,14 @@ class Engine(ABC):
     # The floating-point type the model runs in and why (engine/dtype.py); None: simulated.
     dtype: str | None = None
     dtype_reason: str | None = None
+    # The folder whose tokenizer.json encodes the model's input text and decodes its output
+    # ids (a gateway's words); None: the engine's ids have no text.
+    tokenizer_dir: str | None = None
+
+    def wall_time(self, t: float) -> float | None:
+        """The perf_counter time at which engine time `t` happens (real engines: `t` itself);
+        None where the engine clock is not the wall's (an unpaced simulation)."""
+        return t
 
     @abstractmethod
     def now(self) -> float:

@@ -63,6 +63,7 @@ class _TwinSession:
     tokens: int = 0  # tokens whose KV exists (absolute count, grows forever)
     blocks: int = 0
     chunks: deque = field(default_factory=deque)
+    generated: int = 0  # output tokens so far: where its next made-up id comes from
 
 
 @dataclass
@@ -105,6 +106,16 @@ class TwinEngine(Engine):
         self.paced = paced
         self._wall0 = time.perf_counter()
         self.wall_lag_s = 0.0  # paced: how far the wall clock ran past the last sleep target
+
+    @property
+    def tokenizer_dir(self) -> str | None:
+        """The model the twin stands in for decodes its made-up ids (built on first use)."""
+        from engine.models import resolve_model
+
+        return str(resolve_model(self.config.model, self.config.seed))
+
+    def wall_time(self, t: float) -> float | None:
+        return self._wall0 + t if self.paced else None
 
     # --- clock --------------------------------------------------------------------------------
     def now(self) -> float:
@@ -286,12 +297,18 @@ class TwinEngine(Engine):
                 if chunk.prompt_left:
                     continue  # partial prefill samples nothing
             chunk.out_left -= 1
-            chunk.handle.add_tokens(1, rank.t)
+            chunk.handle.add_tokens(1, rank.t, [self._next_id(session)])
             if chunk.out_left == 0:
                 session.chunks.popleft()
                 chunk.handle.finish(rank.t)
             self._release_outside_window(session)
         return True
+
+    def _next_id(self, session: _TwinSession) -> int:
+        # A made-up output id, the same for a session's n-th token in every run (no RNG: the
+        # seeded digests stay as they were); spread over the vocabulary by a Knuth hash.
+        session.generated += 1
+        return (session.session_id * 40503 + session.generated * 2654435761) % self._vocab_size
 
     def _window_tokens(self, session: _TwinSession) -> int:
         policy = self._policy

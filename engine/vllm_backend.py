@@ -45,6 +45,7 @@ class VLLMEngine(Engine):
         self.config = config
         self._policy = config.policy
         self.model_path = resolve_model(config.model, config.seed)
+        self.tokenizer_dir = str(self.model_path)
         info = model_info(self.model_path)
         self._vocab_size = int(info["vocab_size"])
         self.max_model_len = vllm_args.derive_max_model_len(config, info)

@@ -72,8 +72,7 @@ async def consume(session: StreamSession, llm, probe, on_fatal: Callable[[str], 
                 continue
             handle = session.pending[0]
             if completion.token_ids:
-                handle.token_ids.extend(completion.token_ids)
-                handle.add_tokens(len(completion.token_ids), now)
+                handle.add_tokens(len(completion.token_ids), now, list(completion.token_ids))
             if completion.finish_reason is not None:
                 session.pending.popleft()
                 handle.finish(now)

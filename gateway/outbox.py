@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from gateway import protocol
 
@@ -34,15 +35,43 @@ class Outbox:
         self.overflowed = asyncio.Event()  # set once: the connection is given up
         self.peak = 0  # the most events ever waiting (what the bound holds)
         self.dropped = 0  # events never sent because the client did not read
+        self._held: list = []  # (timer, kind, data): deltas whose time has not come
 
     def deliver(self, kind: str, data: dict) -> None:
-        """From the run thread (the inlet's listener contract): never blocks."""
+        """From the run thread or the engine's (the inlet's listener contract): never blocks.
+        A delta with `at` (a perf_counter time still ahead: a simulated engine's token) is
+        held until then."""
         try:
-            self.loop.call_soon_threadsafe(self.put, kind, data)
+            self.loop.call_soon_threadsafe(self._arrive, kind, data)
         except RuntimeError:  # the server's loop is gone: nobody to tell
             pass
 
+    def _arrive(self, kind: str, data: dict) -> None:
+        at = data.get("at") if kind == "delta" else None
+        wait_s = 0.0 if at is None else at - time.perf_counter()
+        if wait_s > 0:
+            self._held.append((self.loop.call_later(wait_s, self._release), kind, data))
+            return
+        self.put(kind, data)
+
+    def _release(self) -> None:
+        """A held delta is due: it and every one held before it go (in their order)."""
+        now = time.perf_counter()
+        while self._held and (self._held[0][2]["at"] or 0) <= now + 1e-4:
+            _, kind, data = self._held.pop(0)
+            self.put(kind, data)
+
     def put(self, kind: str, data: dict) -> None:
+        if kind != "delta" and self._held:
+            # Anything after a frame's deltas (its row, the close) must not pass them: their
+            # time has come by then (a row is written after its frame's deadline).
+            for timer, held_kind, held_data in self._held:
+                timer.cancel()
+                self._put(held_kind, held_data)
+            self._held.clear()
+        self._put(kind, data)
+
+    def _put(self, kind: str, data: dict) -> None:
         if self.overflowed.is_set():
             self.dropped += 1
             return

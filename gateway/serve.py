@@ -37,16 +37,28 @@ GRACEFUL_SHUTDOWN_S = 3.0
 
 
 def session_info(runner: Runner, inlet: Inlet) -> dict:
-    """What `session.created` tells a client about its session (the run's settings)."""
+    """What every session of the run shares in `session.created` (the run's settings); the
+    connection adds its id and the client's settings (gateway/protocol.session_object)."""
     cfg = runner.config
-    return {"object": "realtime.session", "model": cfg.model, "run_id": runner.run_id,
-            "input_audio_format": "pcm16", "modalities": ["text"],
+    return {"model": cfg.model, "run_id": runner.run_id,
             "metronome": {"run_id": runner.run_id, "engine": cfg.engine,
-                          "sample_rate_hz": inlet.limits.sample_rate_hz,
+                          "model_rate_hz": inlet.limits.sample_rate_hz,
                           "frame_ms": cfg.frame_ms,
                           "frame_samples": inlet.tokenizer.frame_samples,
                           "tokens_in": cfg.tokens_in, "tokens_out": cfg.tokens_out,
                           "budget_ms": cfg.budget, "max_buffer_s": inlet.limits.max_buffer_s}}
+
+
+def text_codec(engine):
+    """The model's tokenizer for the gateway's words, or None (logged) where it has none."""
+    from engine.text import TextCodec
+
+    try:
+        path = engine.tokenizer_dir
+        return None if path is None else TextCodec(path, engine.vocab_size)
+    except (ValueError, OSError) as exc:
+        logger.warning("the gateway sends token counts without words: %s", exc)
+        return None
 
 
 def serve(config: RunConfig, *, host: str, port: int, db: str | None,
@@ -67,7 +79,8 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
         inlet = Inlet(config, engine.vocab_size, inlet_limits)
         runner = Runner(config, engine, store, inlet=inlet)
         info = session_info(runner, inlet)
-        gateway = Gateway(lambda: (inlet, info) if runner.running else None, limits)
+        gateway = Gateway(lambda: (inlet, info) if runner.running else None, limits,
+                          text_codec(engine))
         server = uvicorn.Server(uvicorn.Config(
             gateway.app(), host=host, port=port, log_level="warning", lifespan="off",
             # Frames above this are refused by the protocol layer before they are read; up to

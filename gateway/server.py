@@ -1,8 +1,10 @@
 """The WebSocket endpoint `/v1/realtime`: one connection is one session of the current run.
 
 Each connection runs two tasks on the server's event loop: the receiver (client events →
-the run's inlet: audio into the session's buffer, malformed events answered with `error`) and
-the sender (what the run thread delivers → server events). Both end the connection cleanly:
+the run's inlet: audio into the session's buffer, text items as tokens, commits and cancels
+queued for the sender; malformed events answered with `error`) and the sender (what the run
+delivers and the client asked, in order → server events, framed as responses by
+gateway/responses.py, words decoded as they come). Both end the connection cleanly:
 a client that disconnects, sends garbage too often, floods, or runs ahead of real time ends
 only its own session; the run and the other sessions go on. Errors and the close go through
 the sender's queue (gateway/outbox.py, bounded: a client that stops reading is closed, not
@@ -22,10 +24,12 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from gateway import mic, protocol
+from gateway import client_events, mic, protocol
+from gateway.client_events import Connection
 from gateway.outbox import Outbox
-from gateway.protocol import GatewayLimits, ProtocolError
-from load_gen.remote import BufferFull, pcm16_to_float
+from gateway.protocol import GatewayLimits, ProtocolError, SessionSettings
+from gateway.responses import Responses
+from load_gen.remote import BufferFull
 
 logger = logging.getLogger(__name__)
 
@@ -39,11 +43,13 @@ NORMAL, GOING_AWAY, POLICY, TOO_BIG, TRY_LATER = 1000, 1001, 1008, 1009, 1013
 
 
 class Gateway:
-    """`current()` → (inlet, info) of the run serving sessions now, or None."""
+    """`current()` → (inlet, info) of the run serving sessions now, or None; `codec`
+    (engine.text.TextCodec): the model's words in and out (None: counts only)."""
 
-    def __init__(self, current, limits: GatewayLimits = GatewayLimits()) -> None:
+    def __init__(self, current, limits: GatewayLimits = GatewayLimits(), codec=None) -> None:
         self.current = current
         self.limits = limits
+        self.codec = codec
         self.connections = 0
         self.slow_readers = 0  # connections given up because their client did not read
         self._peak_closed = 0  # the most events ever waiting for a connection now closed
@@ -88,24 +94,30 @@ class Gateway:
             await self._refuse(ws, "server_overloaded", "server_overloaded",
                                f"session refused: {data['reason']}")
             return
-        session = {**info, "metronome": {**info["metronome"], "session_id": data["session_id"]},
-                   "id": f"sess_{info['run_id']}_{data['session_id']}"}
+        sid = data["session_id"]
+        base = {**info, "metronome": {**info["metronome"], "session_id": sid},
+                "id": f"sess_{info['run_id']}_{sid}"}
+        settings = SessionSettings(dialect=client_events.dialect(ws.headers, ws.query_params))
+        client.frames.set_rate(settings.rate_hz)  # what session.created says it takes
+        state = Connection(base, settings, Responses(
+            f"{info['run_id']}_{sid}", self.codec.stream() if self.codec else None,
+            settings.dialect))
         self.connections += 1
         self._outboxes.add(listener)
         try:
-            await ws.send_text(json.dumps(protocol.session_created(session)))
-            await self._serve(ws, inlet, client, listener, session)
+            await ws.send_text(json.dumps(protocol.event(
+                "session.created", session=protocol.session_object(base, settings))))
+            await self._serve(ws, inlet, client, listener, state)
         finally:
             self.connections -= 1
             self._outboxes.discard(listener)
             self._peak_closed = max(self._peak_closed, listener.peak)
             if listener.dropped:
-                logger.warning("session %s: %d events dropped unread", data["session_id"],
-                               listener.dropped)
+                logger.warning("session %s: %d events dropped unread", sid, listener.dropped)
 
-    async def _serve(self, ws, inlet, client, listener: Outbox, session) -> None:
-        receiver = asyncio.create_task(self._receive(ws, client, listener, session))
-        sender = asyncio.create_task(self._send(ws, listener))
+    async def _serve(self, ws, inlet, client, listener: Outbox, state) -> None:
+        receiver = asyncio.create_task(self._receive(ws, client, listener, state))
+        sender = asyncio.create_task(self._send(ws, listener, state.responses))
         overflow = asyncio.create_task(listener.overflowed.wait())
         done, _ = await asyncio.wait({receiver, sender, overflow},
                                      return_when=asyncio.FIRST_COMPLETED)
@@ -131,9 +143,9 @@ class Gateway:
         # reason; uvicorn closes the transport when this handler returns.
         await _bounded(asyncio.ensure_future(_close(ws, NORMAL)), FLUSH_WAIT_S)
 
-    async def _receive(self, ws: WebSocket, client, listener, session) -> str:
+    async def _receive(self, ws: WebSocket, client, listener, state) -> str:
         """Until the client leaves or must go; returns why (the session's close reason)."""
-        limits, rate_hz = self.limits, session["metronome"]["sample_rate_hz"]
+        limits = self.limits
         window, count, errors = time.monotonic(), 0, 0
 
         def fatal(code: str, message: str, close_code: int) -> str:
@@ -167,7 +179,8 @@ class Gateway:
                 if text is None:
                     raise ProtocolError("invalid_event", "binary messages are not events; "
                                                          "send JSON text")
-                reply = self._handle(protocol.parse(text), client, rate_hz, session)
+                replies = client_events.handle(protocol.parse(text), client.frames, state,
+                                                 self.codec)
             except BufferFull as exc:
                 return fatal("input_audio_buffer_overflow", str(exc), POLICY)
             except ProtocolError as exc:
@@ -177,37 +190,32 @@ class Gateway:
                 if errors >= limits.max_protocol_errors:
                     return fatal("too_many_errors", f"{errors} malformed events", POLICY)
                 continue
-            if reply is not None:
-                listener.put("event", reply)
+            for kind, data in replies:
+                listener.put(kind, data)
 
     @staticmethod
-    def _handle(event: dict, client, rate_hz: int, session: dict) -> dict | None:
-        kind = event["type"]
-        if kind == "input_audio_buffer.append":
-            client.frames.append(pcm16_to_float(protocol.audio_bytes(event)))
-            return None
-        if kind == "session.update":
-            protocol.check_session_update(event, rate_hz)
-            return {"type": "session.updated", "event_id": protocol.event_id(),
-                    "session": session}
-        return {"type": "input_audio_buffer.committed", "event_id": protocol.event_id()}
-
-    @staticmethod
-    async def _send(ws: WebSocket, listener: Outbox) -> None:
+    async def _send(ws: WebSocket, listener: Outbox, responses: Responses) -> None:
         while True:
             kind, data = await listener.queue.get()
             if kind == "fatal":
                 await _close(ws, data["code"])
                 return
             if kind == "closed":  # by the run: evicted, or the run ended
+                for event in responses.closed():
+                    await _send_text(ws, event)
                 await _send_text(ws, protocol.error("server_error", "session_closed",
                                                     f"session closed: {data['reason']}"))
                 return
-            event = {"delta": lambda d: protocol.delta(d["frame_idx"], d["n"], d["token_ids"]),
-                     "frame": lambda d: protocol.frame_done(d["row"]),
-                     "error": lambda d: d, "event": lambda d: d}[kind](data)
-            if not await _send_text(ws, event):
-                return
+            if kind == "dialect":
+                responses.dialect = data
+                continue
+            events = (responses.delta(data["frame_idx"], data["n"], data["token_ids"])
+                      if kind == "delta" else responses.frame(data["row"]) if kind == "frame"
+                      else responses.commit(data) if kind == "commit"
+                      else responses.cancel() if kind == "cancel" else [data])
+            for event in events:
+                if not await _send_text(ws, event):
+                    return
 
     @staticmethod
     async def _refuse(ws: WebSocket, kind: str, code: str, message: str) -> None:

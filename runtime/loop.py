@@ -93,6 +93,7 @@ class Runner:
         if inlet is not None:  # its clients are numbered after the planned arrivals
             inlet.attach(len(self._arrivals))
             self.sessions.on_close = inlet.session_closed
+            self.sessions.inlet = inlet
         self.telemetry = Telemetry(config, engine, self.recorder)
         self.placer = Placer(config.placement)
         self.changes = LiveChanges(config, engine, self.recorder, self.gate, self.control,
@@ -231,6 +232,10 @@ class Runner:
         ticket, pin = self.admit(session_id, t_rel)
         if ticket is not None:
             self._push(self.sessions.open(session_id, ticket, t_rel, pin), "frame", session_id)
+
+    def wake(self, session_id: int, t_rel: float) -> None:
+        """A remote session's late audio came: its frame runs now (runtime.remote)."""
+        self._push(t_rel, "frame", session_id)
 
     def open_remote(self, session_id: int, ticket, start: float, source, pin) -> None:
         """An admitted remote client's session, its frames from `start` (runtime.remote)."""

@@ -110,6 +110,7 @@ class Recorder:
             bound_ms = cfg.budget
             naive_ms = cfg.wait_budget * cfg.budget if cfg.wait_budget else bound_ms
             row.update(t_first=None, t_done=None, latency_ms=None, latency_bound_ms=bound_ms,
+                       out_ids=None,
                        censored=True, tokens_out=0, on_time=False, silent=True, complete=False,
                        naive_latency_ms=naive_ms, naive_on_time=cfg.wait_budget is not None)
         else:
@@ -123,6 +124,8 @@ class Recorder:
             naive_ms = min(bound_ms, cfg.wait_budget * cfg.budget) if cfg.wait_budget \
                 else bound_ms
             t_first = handle.t_first
+            ids = handle.token_ids
+            row["out_ids"] = list(ids[:n_out]) if len(ids) >= n_out else None
             row.update(
                 t_first=None if t_first is None else t_first - self.t0,
                 t_done=handle.t_done - self.t0 if complete else None,

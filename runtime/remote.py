@@ -3,15 +3,20 @@ run thread. The runtime knows no sockets; a client is a `listener` (its `deliver
 is called from the run thread and must not block) and a `RemoteFrames` source its connection
 fills.
 
-A client's life, as the run thread sees it, at `poll` events (every `poll_s`):
-    connect   queued by the connection thread; at the next poll the same gate as every
-              arrival answers: `admitted` {session_id} or `rejected` {reason} (the run's
-              `reject` event records it, like any arrival's)
-    open      once the client's first frame is complete and has waited `slack_s`: the
-              session's frames start then, on the client's own grid, so a client paced at
-              real time finds each frame's audio there when the frame comes due
-    deltas    tokens the engine gave the in-flight frame by now: `delta` {frame_idx, n,
-              token_ids}; the frame's recorded row (its truth) follows as `frame` {row}
+A client's life, as the run thread sees it:
+    connect   queued by the connection thread; at the next poll (every `poll_s`, 2 ms) the
+              same gate as every arrival answers: `admitted` {session_id} or `rejected`
+              {reason} (the run's `reject` event records it, like any arrival's)
+    open      as soon as the client's first frame is complete (plus `slack_s`, 0 by
+              default): its frames start then, on the client's own grid
+    frames    each on the grid when its audio is there; a frame whose audio is late is taken
+              the moment it completes (the connection thread marks the client ready, the next
+              poll runs the frame), never found by looking again and again
+    deltas    pushed as the engine makes them: each remote frame's handle is watched, and
+              every token by the frame's deadline goes out at once as `delta` {frame_idx, n,
+              token_ids, at} (`at`: the perf_counter time it is due, for a simulated engine
+              whose steps run ahead of the wall); the frame's recorded row (its truth) follows
+              as `frame` {row}
     close     `closed` {reason}: the client ended, was evicted, or the run ended
 Only the run thread touches the engine, the gate and the sessions.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -39,8 +45,12 @@ class InletLimits:
 
     sample_rate_hz: int = 16_000  # the session's PCM16 rate (the tokenizer's)
     max_buffer_s: float = 2.0  # audio a client may be ahead of its frames
-    poll_s: float = 0.01  # how often the run thread admits, opens and sends deltas
-    slack_s: float = 0.03  # a frame waits this long after its audio is complete (jitter)
+    # How often the run thread admits, opens and takes late audio: a poll costs only what
+    # happened since the last (the clients that became ready), not a look at every client.
+    poll_s: float = 0.002
+    # A session's first frame waits this long after its audio is complete. 0: a late frame is
+    # taken when its audio completes, so jitter costs only itself, not every frame.
+    slack_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not 8_000 <= self.sample_rate_hz <= 48_000:
@@ -63,6 +73,8 @@ class Client:
     state: str = "queued"  # queued → admitted → live → closed (or rejected)
     sent: dict = field(default_factory=dict)  # frame_idx → tokens already delivered
     close_reason: str | None = None
+    starved: bool = False  # its frame is due and its audio is not there yet
+    lock: threading.Lock = field(default_factory=threading.Lock)  # `sent`: engine and run threads
 
 
 class Inlet:
@@ -75,6 +87,7 @@ class Inlet:
         self.tokenizer = frame_tokenizer(limits.sample_rate_hz, config.frame_ms,
                                          config.tokens_in, vocab_size)
         self._queue: collections.deque = collections.deque()  # connection threads → run thread
+        self._ready: collections.deque = collections.deque()  # clients whose audio came
         self._clients: dict[int, Client] = {}  # run thread only
         self._next_id = 0
         self.offered = 0
@@ -87,6 +100,7 @@ class Inlet:
     # --- connection threads ---------------------------------------------------------------
     def connect(self, listener) -> Client:
         client = Client(listener, RemoteFrames(self.tokenizer, self.limits.max_buffer_s))
+        client.frames.on_ready = lambda: self._ready.append(client)
         if self.finished:
             client.state = "rejected"
             listener.deliver("rejected", {"reason": "the run has ended"})
@@ -107,12 +121,13 @@ class Inlet:
         while self._queue:
             self._admit(runner, self._queue.popleft(), t_rel)
         wall = time.perf_counter()
-        now = runner.engine.now()
-        for client in list(self._clients.values()):
+        while self._ready:
+            client = self._ready.popleft()
             if client.state == "admitted":
                 self._maybe_open(runner, client, t_rel, wall)
-            elif client.state == "live":
-                self._pump(runner, client, now)
+            elif client.state == "live" and client.starved:
+                client.starved = False
+                runner.wake(client.session_id, t_rel)
 
     def _admit(self, runner, client: Client, t_rel: float) -> None:
         sid, self._next_id = self._next_id, self._next_id + 1
@@ -127,6 +142,7 @@ class Inlet:
         client.ticket, client.state = ticket, "admitted"
         self._clients[sid] = client
         client.listener.deliver("admitted", {"session_id": sid})
+        self._maybe_open(runner, client, t_rel, time.perf_counter())  # its audio may be here
 
     def _maybe_open(self, runner, client: Client, t_rel: float, wall: float) -> None:
         frames = client.frames
@@ -134,25 +150,44 @@ class Inlet:
             if frames.end_reason is not None:  # gone before a whole frame: never opened
                 runner.gate.release(client.ticket)
                 self._close(client, frames.end_reason)
-            return
+            return  # its ready call comes with the first whole frame
         start = t_rel + max(0.0, self.limits.slack_s - (wall - frames.first_full_at))
         client.state = "live"
         runner.open_remote(client.session_id, client.ticket, start, frames, client.pin)
 
-    def _pump(self, runner, client: Client, now: float) -> None:
-        session = runner.sessions.live.get(client.session_id)
-        if session is None or session.record is None:
+    def starved(self, session_id: int, t_rel: float) -> float | None:
+        """Sessions found a client's frame due before its audio: None, the frame runs when the
+        audio comes (at the poll after its ready call), or a time to look again now (it came
+        meanwhile)."""
+        client = self._clients.get(session_id)
+        if client is None:
+            return t_rel + self.poll_s
+        client.starved = True  # first, so a ready call from now on finds it starved
+        if client.frames.backlog() or client.frames.end_reason is not None:
+            client.starved = False
+            return t_rel
+        return None
+
+    def submitted(self, session_id: int, idx: int, handle, runner) -> None:
+        """Sessions submitted a client's frame: its tokens are pushed as the engine makes
+        them (from the engine's thread; a simulated engine's ahead of time, with `at`)."""
+        client = self._clients.get(session_id)
+        if client is None:
             return
-        idx, handle = session.record
-        # Only what came by the frame's deadline: a later token answers no frame the speaker
-        # still hears, and the recorded row calls the frame silent without it.
-        n = handle.tokens_by(min(now, handle.t_submit + self.config.budget / 1e3))
-        sent = client.sent.get(idx, 0)
-        if n > sent:
-            client.sent[idx] = n
-            ids = handle.token_ids[sent:n] if len(handle.token_ids) >= n else None
-            client.listener.deliver("delta", {"frame_idx": idx, "n": n - sent, "token_ids": ids,
-                                              "t_first": handle.t_first - runner.recorder.t0})
+        deadline = handle.t_submit + self.config.budget / 1e3
+        wall_time = runner.engine.wall_time
+
+        def on_tokens(n: int, ids: list[int] | None, t: float) -> None:
+            # Only what came by the deadline: a later token answers no frame the speaker
+            # still hears, and the recorded row calls the frame silent without it.
+            if t > deadline:
+                return
+            with client.lock:
+                client.sent[idx] = client.sent.get(idx, 0) + n
+            client.listener.deliver("delta", {"frame_idx": idx, "n": n, "token_ids": ids,
+                                              "at": wall_time(t)})
+
+        handle.watch(on_tokens)
 
     def _close(self, client: Client, reason: str) -> None:
         if client.state == "closed":
@@ -167,13 +202,15 @@ class Inlet:
         if table == "frames":
             client = self._clients.get(row["session_id"])
             if client is not None:
-                idx, sent = row["frame_idx"], client.sent.pop(row["frame_idx"], 0)
+                with client.lock:
+                    idx, sent = row["frame_idx"], client.sent.pop(row["frame_idx"], 0)
                 # Tokens that came by the deadline after the last poll are still the frame's
                 # (the row counts them): the deltas add up to the row before its done goes.
                 if row["tokens_out"] > sent:
-                    client.listener.deliver("delta", {"frame_idx": idx,
-                                                      "n": row["tokens_out"] - sent,
-                                                      "token_ids": None})
+                    ids = row.get("out_ids")
+                    client.listener.deliver("delta", {
+                        "frame_idx": idx, "n": row["tokens_out"] - sent, "at": None,
+                        "token_ids": None if ids is None else ids[sent:row["tokens_out"]]})
                 client.listener.deliver("frame", {"row": row})
 
     def session_closed(self, session_id: int, why: str) -> None:

@@ -70,6 +70,7 @@ class Sessions:
         self._unticked_by_rank: dict = {}  # the same per rank
         self.opens = OpenBudget(config.open_budget, self._frame_s)
         self.on_close = None  # called with (session_id, why) after any close (the inlet)
+        self.inlet = None  # remote clients' sessions: told when one starves or is submitted
 
     # --- open ---------------------------------------------------------------------------------
     def open(self, session_id: int, ticket: Ticket, t_rel: float,
@@ -132,10 +133,10 @@ class Sessions:
             self.close(session, t_rel, session.frames.end_reason or Close.SOURCE_ENDED)
             return None
         if not frame.token_ids:
-            # A remote client still owes this frame's audio: look again soon, on the same grid
-            # (a late frame is taken when it comes, the next one stays due on time).
+            # A remote client still owes this frame's audio: the inlet runs the frame when it
+            # comes (a late frame is taken then, the next one stays due on its grid).
             session.underruns += 1
-            return t_rel + self._frame_s / 8
+            return self.inlet.starved(session_id, t_rel)
         idx = session.frame_idx
         session.frame_idx += 1
         # From the start time, not by adding periods: no drift against the tick grid.
@@ -165,6 +166,8 @@ class Sessions:
         session.max_blocks = max(session.max_blocks, self._resident_blocks(session.kv_tokens))
         session.ahead, session.ahead_seen = ahead, session.tokens_seen if ahead else 0
         session.inflight, session.record, session.tokens_seen = handle, (idx, handle), 0
+        if session.origin == ORIGIN:
+            self.inlet.submitted(session_id, idx, handle, self)
         return next_at
 
     def _finalise(self, session: Session, now: float, keep_early: bool = True,

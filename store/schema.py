@@ -224,6 +224,8 @@ CREATE TABLE IF NOT EXISTS settings_history (
     memory_guard BOOLEAN
 );
 ALTER TABLE frames ADD COLUMN IF NOT EXISTS rank INTEGER;
+-- The output ids a frame had by its deadline, where the backend reports them (its words).
+ALTER TABLE frames ADD COLUMN IF NOT EXISTS out_ids INTEGER[];
 -- Data parallelism: one row per rank per tick (ticks keeps the whole engine's pool). Written
 -- only for runs with more than one rank.
 CREATE TABLE IF NOT EXISTS rank_ticks (

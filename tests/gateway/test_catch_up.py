@@ -27,6 +27,7 @@ class _ScriptedClient:
         self.chunk = (np.random.default_rng(0).standard_normal(tokenizer.frame_samples)
                       * 0.1).astype(np.float32)
         self.given, self.opened, self.rows = 0, False, []
+        self.waiting = False  # the session's frame is due and its audio is not here
 
     def attach(self, first_session_id: int) -> None:
         self.sid = first_session_id
@@ -36,10 +37,19 @@ class _ScriptedClient:
                 <= t_rel + 1e-9:
             self.frames.append(self.chunk)
             self.given += 1
+            if self.waiting:  # as the inlet does: late audio runs its frame at once
+                self.waiting = False
+                runner.wake(self.sid, t_rel)
         if self.given and not self.opened:
             ticket, pin = runner.admit(self.sid, t_rel, origin=ORIGIN)
             runner.open_remote(self.sid, ticket, t_rel, self.frames, pin)
             self.opened = True
+
+    def starved(self, session_id: int, t_rel: float) -> None:
+        self.waiting = True
+
+    def submitted(self, session_id: int, idx: int, handle, sessions) -> None:
+        pass
 
     def observe(self, table: str, row: dict) -> None:
         if table == "frames":
