@@ -9,6 +9,8 @@ SERVE_DURATION_S = 3600.0  # serve's default run length: an hour of sessions
 
 
 def add_parsers(sub, run_arguments, number) -> None:
+    from gateway.client_protocols import PROTOCOLS  # no dependencies: cheap at parse time
+
     serve = sub.add_parser("serve", help="serve sessions over WebSocket (/v1/realtime) as one "
                                          "run, headless")
     run_arguments(serve)
@@ -35,8 +37,19 @@ def add_parsers(sub, run_arguments, number) -> None:
     load.add_argument("--wav-dir", default=None, help="folder of .wav files (default: "
                                                       "synthetic speech)")
     load.add_argument("--seed", type=int, default=0)
+    load.add_argument("--protocol", choices=PROTOCOLS,
+                      default="auto", help="the server's realtime dialect (default auto: told "
+                                           "from its first events; docs/GATEWAY.md)")
+    load.add_argument("--model", default=None,
+                      help="the served model's name (vLLM's session.update needs it)")
     load.add_argument("--frame-ms", type=number, default=80.0,
                       help="used only when the server does not say (session.created)")
+    load.add_argument("--sample-rate", type=int, default=None,
+                      help="input rate in Hz when the server does not say (default: 24000 "
+                           "OpenAI, 16000 vLLM)")
+    load.add_argument("--budget-ms", type=number, default=None,
+                      help="a frame's deadline after its send when the server does not say "
+                           "(default: the frame period)")
     load.add_argument("--db", default=None)
     load.add_argument("--no-store", action="store_true", help="do not record the run")
     load.add_argument("--json", action="store_true")
@@ -71,7 +84,9 @@ def cmd_load(args) -> int:
 
     cfg = LoadClientConfig(url=args.url, sessions=args.sessions, duration_s=args.duration,
                            load=args.load, arrival_rate=args.arrival_rate, wav_dir=args.wav_dir,
-                           seed=args.seed, frame_ms=args.frame_ms)
+                           seed=args.seed, protocol=args.protocol, model=args.model,
+                           frame_ms=args.frame_ms, sample_rate_hz=args.sample_rate,
+                           budget_ms=args.budget_ms)
     store = None if args.no_store else open_store(args.db)
     try:
         summary = run_load(cfg, store)
