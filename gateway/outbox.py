@@ -8,11 +8,17 @@ connection is given up: what is queued is dropped (counted), the client is told 
 {code slow_reader} and a close 1008 that wait behind what its socket already holds, and every
 later event is dropped and counted. The server (gateway/server.py) ends the session then: a
 client that cannot take its frames in real time gets nothing from more of them.
+
+Other threads hand events over through one `Courier` per event loop: a thread-safe deque and
+at most one wake-up of the loop pending, however many events and connections (a wake-up is a
+write to the loop's self-pipe, and each one made the run thread wait for the GIL). The sender
+takes what waits in one batch (`batch`), so deltas that came together go out together.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 
@@ -23,13 +29,42 @@ logger = logging.getLogger(__name__)
 POLICY = 1008  # the close code of a connection given up (RFC 6455 policy violation)
 
 
+class Courier:
+    """Events from other threads to the outboxes of one event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._inbox: collections.deque = collections.deque()
+        self._signalled = False
+
+    def send(self, outbox: Outbox, kind: str, data: dict) -> None:
+        """Any thread; never blocks. The event is queued before the flag is read and the
+        drain clears the flag before it drains, so no event waits for a wake-up never sent."""
+        self._inbox.append((outbox, kind, data))
+        if not self._signalled:
+            self._signalled = True
+            try:
+                self.loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the server's loop is gone: nobody to tell
+                pass
+
+    def _drain(self) -> None:
+        self._signalled = False
+        inbox = self._inbox
+        while inbox:
+            outbox, kind, data = inbox.popleft()
+            outbox.arrive(kind, data)
+
+
 class Outbox:
     """Built on the server's event loop; `deliver` from any thread, `put` on the loop only."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, max_events: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_events: int,
+                 courier: Courier | None = None) -> None:
         if max_events < 1:
             raise ValueError(f"max queued events {max_events} must be ≥ 1")
         self.loop = loop
+        self.courier = courier or Courier(loop)
         self.max_events = max_events
         self.queue: asyncio.Queue = asyncio.Queue()
         self.overflowed = asyncio.Event()  # set once: the connection is given up
@@ -41,12 +76,9 @@ class Outbox:
         """From the run thread or the engine's (the inlet's listener contract): never blocks.
         A delta with `at` (a perf_counter time still ahead: a simulated engine's token) is
         held until then."""
-        try:
-            self.loop.call_soon_threadsafe(self._arrive, kind, data)
-        except RuntimeError:  # the server's loop is gone: nobody to tell
-            pass
+        self.courier.send(self, kind, data)
 
-    def _arrive(self, kind: str, data: dict) -> None:
+    def arrive(self, kind: str, data: dict) -> None:
         at = data.get("at") if kind == "delta" else None
         wait_s = 0.0 if at is None else at - time.perf_counter()
         if wait_s > 0:
@@ -81,6 +113,13 @@ class Outbox:
             return
         self.queue.put_nowait((kind, data))
         self.peak = max(self.peak, self.queue.qsize())
+
+    async def batch(self) -> list[tuple[str, object]]:
+        """Everything waiting, at least one event (waits for it)."""
+        items = [await self.queue.get()]
+        while not self.queue.empty():
+            items.append(self.queue.get_nowait())
+        return items
 
     def _give_up(self) -> None:
         while not self.queue.empty():

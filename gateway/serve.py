@@ -86,6 +86,10 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
             # Frames above this are refused by the protocol layer before they are read; up to
             # it, the gateway answers an oversized message with an error event.
             ws_max_size=4 * limits.max_message_bytes,
+            # No permessage-deflate: base64 PCM and short JSON deltas barely compress, and
+            # zlib on every message was a quarter of the event loop (a py-spy profile at 32
+            # sessions, docs/BENCHMARKS.md).
+            ws_per_message_deflate=False,
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
         sockets = _sockets(server.config, limits)
         with _stop_on_signals(runner) as handler:

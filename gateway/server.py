@@ -26,7 +26,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from gateway import client_events, mic, protocol
 from gateway.client_events import Connection
-from gateway.outbox import Outbox
+from gateway.outbox import Courier, Outbox
 from gateway.protocol import GatewayLimits, ProtocolError, SessionSettings
 from gateway.responses import Responses
 from load_gen.remote import BufferFull
@@ -54,6 +54,7 @@ class Gateway:
         self.slow_readers = 0  # connections given up because their client did not read
         self._peak_closed = 0  # the most events ever waiting for a connection now closed
         self._outboxes: set[Outbox] = set()
+        self._courier: Courier | None = None  # the event loop's, made at its first connection
 
     def routes(self) -> list:
         """What an app mounts (the console's st.App could take these too)."""
@@ -81,7 +82,10 @@ class Gateway:
             await self._refuse(ws, "server_error", "no_run", "no run is serving sessions now")
             return
         inlet, info = target
-        listener = Outbox(asyncio.get_running_loop(), self.limits.max_queued_events)
+        loop = asyncio.get_running_loop()
+        if self._courier is None or self._courier.loop is not loop:
+            self._courier = Courier(loop)
+        listener = Outbox(loop, self.limits.max_queued_events, self._courier)
         client = inlet.connect(listener)
         try:
             kind, data = await asyncio.wait_for(listener.queue.get(), ADMISSION_WAIT_S)
@@ -196,31 +200,46 @@ class Gateway:
     @staticmethod
     async def _send(ws: WebSocket, listener: Outbox, responses: Responses) -> None:
         while True:
-            kind, data = await listener.queue.get()
-            if kind == "fatal":
-                await _close(ws, data["code"])
-                return
-            if kind == "closed":  # by the run: evicted, or the run ended
-                for event in responses.closed():
-                    await _send_text(ws, event)
-                await _send_text(ws, protocol.error("server_error", "session_closed",
-                                                    f"session closed: {data['reason']}"))
-                return
-            if kind == "dialect":
-                responses.dialect = data
-                continue
-            events = (responses.delta(data["frame_idx"], data["n"], data["token_ids"])
-                      if kind == "delta" else responses.frame(data["row"]) if kind == "frame"
-                      else responses.commit(data) if kind == "commit"
-                      else responses.cancel() if kind == "cancel" else [data])
-            for event in events:
-                if not await _send_text(ws, event):
+            for kind, data in _merged(await listener.batch()):
+                if kind == "fatal":
+                    await _close(ws, data["code"])
                     return
+                if kind == "closed":  # by the run: evicted, or the run ended
+                    for event in responses.closed():
+                        await _send_text(ws, event)
+                    await _send_text(ws, protocol.error("server_error", "session_closed",
+                                                        f"session closed: {data['reason']}"))
+                    return
+                if kind == "dialect":
+                    responses.dialect = data
+                    continue
+                events = (responses.delta(data["frame_idx"], data["n"], data["token_ids"])
+                          if kind == "delta" else responses.frame(data["row"]) if kind == "frame"
+                          else responses.commit(data) if kind == "commit"
+                          else responses.cancel() if kind == "cancel" else [data])
+                for event in events:
+                    if not await _send_text(ws, event):
+                        return
 
     @staticmethod
     async def _refuse(ws: WebSocket, kind: str, code: str, message: str) -> None:
         await _send_text(ws, protocol.error(kind, code, message))
         await _close(ws, TRY_LATER)
+
+
+def _merged(items: list) -> list:
+    """Deltas of one frame that waited together go as one (their tokens in order)."""
+    out: list = []
+    for kind, data in items:
+        if kind == "delta" and out and out[-1][0] == "delta" \
+                and out[-1][1]["frame_idx"] == data["frame_idx"]:
+            last = out[-1][1]
+            ids = None if last["token_ids"] is None or data["token_ids"] is None \
+                else last["token_ids"] + data["token_ids"]
+            out[-1] = (kind, {**last, "n": last["n"] + data["n"], "token_ids": ids})
+        else:
+            out.append((kind, data))
+    return out
 
 
 async def _bounded(task: asyncio.Future, timeout_s: float) -> None:
