@@ -83,22 +83,26 @@ class Outbox:
         wait_s = 0.0 if at is None else at - time.perf_counter()
         if wait_s > 0:
             self._held.append((self.loop.call_later(wait_s, self._release), kind, data))
-            return
-        self.put(kind, data)
+        elif self._held and kind == "delta":  # due, but behind a held one: keep the order
+            self._held.append((None, kind, data))
+            self._release()
+        else:
+            self.put(kind, data)
 
     def _release(self) -> None:
         """A held delta is due: it and every one held before it go (in their order)."""
         now = time.perf_counter()
         while self._held and (self._held[0][2]["at"] or 0) <= now + 1e-4:
             _, kind, data = self._held.pop(0)
-            self.put(kind, data)
+            self._put(kind, data)
 
     def put(self, kind: str, data: dict) -> None:
         if kind != "delta" and self._held:
             # Anything after a frame's deltas (its row, the close) must not pass them: their
             # time has come by then (a row is written after its frame's deadline).
             for timer, held_kind, held_data in self._held:
-                timer.cancel()
+                if timer is not None:
+                    timer.cancel()
                 self._put(held_kind, held_data)
             self._held.clear()
         self._put(kind, data)

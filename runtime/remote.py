@@ -74,6 +74,7 @@ class Client:
     sent: dict = field(default_factory=dict)  # frame_idx → tokens already delivered
     close_reason: str | None = None
     starved: bool = False  # its frame is due and its audio is not there yet
+    recorded: int = -1  # the last frame whose row went: its late pushes are not sent
     lock: threading.Lock = field(default_factory=threading.Lock)  # `sent`: engine and run threads
 
 
@@ -182,10 +183,12 @@ class Inlet:
             # still hears, and the recorded row calls the frame silent without it.
             if t > deadline:
                 return
-            with client.lock:
+            with client.lock:  # one order for this and the row: a row never passes a delta
+                if idx <= client.recorded:
+                    return  # its row (which counts this token) went already, with the rest
                 client.sent[idx] = client.sent.get(idx, 0) + n
-            client.listener.deliver("delta", {"frame_idx": idx, "n": n, "token_ids": ids,
-                                              "at": wall_time(t)})
+                client.listener.deliver("delta", {"frame_idx": idx, "n": n, "token_ids": ids,
+                                                  "at": wall_time(t)})
 
         handle.watch(on_tokens)
 
@@ -204,14 +207,15 @@ class Inlet:
             if client is not None:
                 with client.lock:
                     idx, sent = row["frame_idx"], client.sent.pop(row["frame_idx"], 0)
-                # Tokens that came by the deadline after the last poll are still the frame's
-                # (the row counts them): the deltas add up to the row before its done goes.
-                if row["tokens_out"] > sent:
-                    ids = row.get("out_ids")
-                    client.listener.deliver("delta", {
-                        "frame_idx": idx, "n": row["tokens_out"] - sent, "at": None,
-                        "token_ids": None if ids is None else ids[sent:row["tokens_out"]]})
-                client.listener.deliver("frame", {"row": row})
+                    client.recorded = max(client.recorded, idx)
+                    # Tokens by the deadline whose push had not run yet are still the frame's
+                    # (the row counts them): the deltas add up to the row before the row goes.
+                    if row["tokens_out"] > sent:
+                        ids = row.get("out_ids")
+                        client.listener.deliver("delta", {
+                            "frame_idx": idx, "n": row["tokens_out"] - sent, "at": None,
+                            "token_ids": None if ids is None else ids[sent:row["tokens_out"]]})
+                    client.listener.deliver("frame", {"row": row})
 
     def session_closed(self, session_id: int, why: str) -> None:
         """Sessions closes a remote session (any reason, quiet ones too)."""

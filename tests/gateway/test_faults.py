@@ -16,7 +16,7 @@ import websockets
 from tests.gateway.conftest import events, finish, frames, run_load
 
 pytestmark = pytest.mark.slow
-FRAME = 1280  # samples of one 80 ms frame at 16 kHz
+FRAME = 1920  # samples of one 80 ms frame at 24 kHz (a session's rate until it asks another)
 CHUNK = base64.b64encode(b"\x10\x00" * FRAME).decode()
 
 
@@ -51,7 +51,7 @@ async def _malformed(url):
     await _append(ws, 3)  # the session goes on after one bad event
     got = []
     async with asyncio.timeout(5):
-        while "response.done" not in got:
+        while "metronome.frame" not in got:
             event = json.loads(await ws.recv())
             got.append(event["error"]["code"] if event["type"] == "error" else event["type"])
     await ws.close()
@@ -131,7 +131,7 @@ def test_faulty_clients_end_only_their_own_session(serve, tmp_path):
     client = finish(load)
     summary = server.summary()
 
-    assert malformed[0] == "invalid_json" and "response.done" in malformed
+    assert malformed[0] == "invalid_json" and "metronome.frame" in malformed
     assert garbage == (["invalid_json"] * 9 + ["invalid_json", "too_many_errors"], 1008)
     assert large == (["message_too_large"], 1009)
     assert flood[0][-1] == "rate_limited" and flood[1] == 1008

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gateway import protocol
-from gateway.protocol import GatewayLimits, ProtocolError
+from gateway.protocol import GatewayLimits, ProtocolError, SessionSettings
 from load_gen.remote import IDLE, BufferFull, RemoteFrames, pcm16_to_float
 from load_gen.tokenizer import FrameTokenizer
 from load_gen.wav import Clip, WavFrames
@@ -60,11 +60,36 @@ def test_bad_audio_and_formats_are_refused():
     for audio in (None, "not base64!", "AAAA"):  # missing, invalid, an odd byte count
         with pytest.raises(ProtocolError, match="audio|base64|16-bit"):
             protocol.audio_bytes({"type": "input_audio_buffer.append", "audio": audio})
-    with pytest.raises(ProtocolError, match="only pcm16"):
-        protocol.check_session_update({"session": {"input_audio_format": "g711_ulaw"}}, 16_000)
-    with pytest.raises(ProtocolError, match="16000 Hz"):
-        protocol.check_session_update(
-            {"session": {"audio": {"input": {"format": {"rate": 24_000}}}}}, 16_000)
+    with pytest.raises(ProtocolError, match="input_audio_format.*only pcm16"):
+        protocol.updated({"session": {"input_audio_format": "g711_ulaw"}}, SessionSettings())
+    with pytest.raises(ProtocolError, match=r"audio.input.format.rate.*\[8000, 48000\]"):
+        protocol.updated({"session": {"audio": {"input": {"format": {"rate": 96_000}}}}},
+                         SessionSettings())
+    with pytest.raises(ProtocolError, match="output_modalities.*no audio output"):
+        protocol.updated({"session": {"type": "realtime", "output_modalities": ["audio"]}},
+                         SessionSettings())
+    with pytest.raises(ProtocolError, match="audio.input.format.type.*audio/pcm"):
+        protocol.updated({"session": {"audio": {"input": {"format": {"type": "audio/pcmu"}}}}},
+                         SessionSettings())
+
+
+def test_a_session_update_in_either_shape_is_taken_and_echoed():
+    ga = protocol.updated({"session": {"type": "realtime", "output_modalities": ["text"],
+                                       "instructions": "be brief", "audio": {
+                                           "input": {"format": {"type": "audio/pcm",
+                                                                "rate": 16_000}},
+                                           "output": {"voice": "marin"}}}}, SessionSettings())
+    assert (ga.rate_hz, ga.dialect, ga.instructions, ga.voice) == (16_000, "ga", "be brief",
+                                                                   "marin")
+    beta = protocol.updated({"session": {"modalities": ["text"], "input_audio_format": "pcm16"}},
+                            SessionSettings(rate_hz=16_000))
+    assert (beta.rate_hz, beta.dialect) == (24_000, "beta")  # beta's pcm16 is 24 kHz
+    base = {"id": "sess_1", "model": "tiny",
+            "metronome": {"frame_ms": 80.0, "run_id": "r", "model_rate_hz": 16_000}}
+    shown = protocol.session_object(base, ga)
+    assert shown["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 16_000}
+    assert shown["metronome"]["frame_samples"] == 1280 and shown["instructions"] == "be brief"
+    assert protocol.session_object(base, beta)["input_audio_format"] == "pcm16"
 
 
 def test_limits_name_the_bad_value_and_range():
@@ -76,10 +101,9 @@ def test_limits_name_the_bad_value_and_range():
 
 def test_an_empty_frame_is_sent_as_such():
     row = {"frame_idx": 3, "silent": True, "tokens_out": 0, "latency_ms": None}
-    done = protocol.frame_done(row)
-    assert done["response"]["status"] == "incomplete"
-    assert done["response"]["metronome"]["silent"] is True
-    assert done["response"]["metronome"]["tokens_out"] == 0
+    event = protocol.frame_event(row, None)
+    assert event["type"] == "metronome.frame" and event["response_id"] is None
+    assert event["frame"]["silent"] is True and event["frame"]["tokens_out"] == 0
 
 
 class _Told:
