@@ -1,12 +1,16 @@
-// The microphone page: getUserMedia → AudioWorklet (16 kHz PCM16) → /v1/realtime, and the
-// server's record of each frame (`response.done`) drawn as it comes back. No build step.
+// The microphone page: getUserMedia → AudioWorklet (16 kHz PCM16) → /v1/realtime (the GA
+// Realtime events: a session.update asks for 16 kHz audio/pcm), the model's words
+// (response.output_text.delta) and the server's record of each frame (metronome.frame) drawn
+// as they come back. No build step.
 "use strict";
-const RATE = 16000; // what the worklet makes; the session must take it
+const RATE = 16000; // what the worklet makes; the page asks the session for it
+const SHOWN_CHARS = 2000; // the words box keeps the end of what was said
 const SHOWN_ROWS = 10;
 const CHART_FRAMES = 150;
 const $ = (id) => document.getElementById(id);
 let mic = null; // {ctx, stream, ws}: one session at a time
-let frames = []; // the server's rows (response.done → metronome), in arrival order
+let frames = []; // the server's rows (metronome.frame), in arrival order
+let words = ""; // the model's output so far
 let budgetMs = null;
 let drawPending = false;
 
@@ -60,6 +64,7 @@ async function start() {
   const ws = new WebSocket(`${scheme}://${location.host}/v1/realtime`);
   mic.ws = ws;
   frames = [];
+  words = "";
   draw();
   say("Connecting to the gateway…");
   node.port.onmessage = (e) => {
@@ -86,8 +91,13 @@ async function start() {
 
 function onEvent(ev, ws) {
   if (ev.type === "session.created") {
+    // The session takes 24 kHz unless asked: ask for what the worklet makes.
+    ws.send(JSON.stringify({type: "session.update", session: {type: "realtime",
+      output_modalities: ["text"], audio: {input: {format: {type: "audio/pcm", rate: RATE}}}}}));
+    say("Connected; setting the session up…");
+  } else if (ev.type === "session.updated") {
     const m = ev.session.metronome || {};
-    if (m.sample_rate_hz && m.sample_rate_hz !== RATE) {
+    if (m.sample_rate_hz !== RATE) {
       mic.failed = true;
       say(`The session takes ${m.sample_rate_hz} Hz; this page sends ${RATE} Hz.`, "error");
       ws.close(1000);
@@ -96,15 +106,15 @@ function onEvent(ev, ws) {
     mic.live = true;
     budgetMs = m.budget_ms;
     $("session").textContent = `session ${m.session_id} of run ${m.run_id} · engine ` +
-      `${m.engine} · ${m.frame_ms} ms frames · ${m.tokens_in} tokens in, ${m.tokens_out} ` +
-      `out per frame · budget ${m.budget_ms} ms`;
+      `${m.engine} · model ${ev.session.model} · ${m.frame_ms} ms frames · ${m.tokens_in} ` +
+      `tokens in, ${m.tokens_out} out per frame · budget ${m.budget_ms} ms`;
     say("Live: speak. Each frame below is the server's record of it.", "live");
-  } else if (ev.type === "response.done") {
-    frames.push(ev.response.metronome);
-    if (!drawPending) {
-      drawPending = true;
-      requestAnimationFrame(draw);
-    }
+  } else if (ev.type === "response.output_text.delta" || ev.type === "response.text.delta") {
+    words = (words + ev.delta).slice(-SHOWN_CHARS);
+    later();
+  } else if (ev.type === "metronome.frame") {
+    frames.push(ev.frame);
+    later();
   } else if (ev.type === "error") {
     const err = ev.error || {};
     if (err.type === "server_overloaded") {
@@ -118,6 +128,13 @@ function onEvent(ev, ws) {
       mic.failed = true;
       say(`Server error (${err.code}): ${err.message}`, "error");
     }
+  }
+}
+
+function later() {
+  if (!drawPending) {
+    drawPending = true;
+    requestAnimationFrame(draw);
   }
 }
 
@@ -163,6 +180,9 @@ function draw() {
   drawPending = false;
   const last = frames[frames.length - 1];
   $("frames").textContent = frames.length;
+  const box = $("words");
+  box.textContent = words;
+  box.scrollTop = box.scrollHeight;
   $("silent").textContent = frames.filter((r) => r.silent).length;
   $("last-latency").textContent = last ? latency(last).text + " ms" : "—";
   $("p50").textContent = percentile(0.5);

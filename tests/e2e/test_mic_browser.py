@@ -129,6 +129,7 @@ def test_mic_page_speaks_into_the_gateway_and_shows_the_recorded_latency(serve, 
         expect(refused.locator("#status")).to_contain_text("The microphone was refused")
 
         last_latency = page.locator("#last-latency").inner_text()
+        words = page.locator("#words").inner_text()
         session_line = page.locator("#session").inner_text()
         SHOT.unlink(missing_ok=True)
         page.screenshot(path=str(SHOT), full_page=True)
@@ -179,6 +180,18 @@ def test_mic_page_speaks_into_the_gateway_and_shows_the_recorded_latency(serve, 
     ids = np.concatenate([tok.tokenize(f) for f in voiced])
     assert len(ids) == len(voiced) * summary["tokens_in"]
     assert len(set(ids.tolist())) > 50, len(set(ids.tolist()))
+
+    # The page shows the model's words: the output ids the server recorded, decoded (the
+    # twin's made-up ids, through the tiny model's tokenizer it stands in for).
+    from engine.models import resolve_model
+    from engine.text import TextCodec
+
+    ids_out = [int(i) for out in rows.sort_values("frame_idx").out_ids if out is not None
+               for i in out]
+    said = TextCodec(resolve_model("tiny"), TWIN_VOCAB).decode(ids_out)
+    assert words.strip() and "·" not in words
+    # (The box keeps the last 2,000 characters: a stretch of what the server decoded.)
+    assert words.strip()[:200] in said, (words[:80], said[:80])
 
     # The page shows the latency the server recorded, frame by frame.
     assert re.fullmatch(r"(> )?\d+\.\d ms", last_latency), last_latency
