@@ -22,7 +22,7 @@ import threading
 import uvicorn
 
 from gateway.protocol import GatewayLimits
-from gateway.server import Gateway
+from gateway.server import Gateway, Target
 from runtime import Runner, make_engine
 from runtime.config import RunConfig
 from runtime.remote import Inlet, InletLimits
@@ -79,8 +79,8 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
         inlet = Inlet(config, engine.vocab_size, inlet_limits)
         runner = Runner(config, engine, store, inlet=inlet)
         info = session_info(runner, inlet)
-        gateway = Gateway(lambda: (inlet, info) if runner.running else None, limits,
-                          text_codec(engine))
+        target = Target(inlet, info, text_codec(engine))
+        gateway = Gateway(lambda: target if runner.running else None, limits)
         server = uvicorn.Server(uvicorn.Config(
             gateway.app(), host=host, port=port, log_level="warning", lifespan="off",
             # Frames above this are refused by the protocol layer before they are read; up to

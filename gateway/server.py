@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
@@ -42,14 +43,25 @@ SLOW_CLOSE_WAIT_S = 10.0
 NORMAL, GOING_AWAY, POLICY, TOO_BIG, TRY_LATER = 1000, 1001, 1008, 1009, 1013
 
 
-class Gateway:
-    """`current()` → (inlet, info) of the run serving sessions now, or None; `codec`
-    (engine.text.TextCodec): the model's words in and out (None: counts only)."""
+@dataclass(frozen=True)
+class Target:
+    """The run serving sessions now: its inlet, what every session of it is told
+    (gateway/serve.session_info) and the model's words (engine.text.TextCodec, or None:
+    counts only)."""
 
-    def __init__(self, current, limits: GatewayLimits = GatewayLimits(), codec=None) -> None:
+    inlet: object
+    info: dict
+    codec: object = None
+
+
+class Gateway:
+    """`current()` → the Target serving sessions now, or None (no run: a client is told)."""
+
+    def __init__(self, current, limits: GatewayLimits = GatewayLimits(),
+                 no_run: str = "no run is serving sessions now") -> None:
         self.current = current
         self.limits = limits
-        self.codec = codec
+        self.no_run = no_run  # what a client is told when nothing runs
         self.connections = 0
         self.slow_readers = 0  # connections given up because their client did not read
         self._peak_closed = 0  # the most events ever waiting for a connection now closed
@@ -70,7 +82,7 @@ class Gateway:
 
     async def _health(self, _request):
         target = self.current()
-        return JSONResponse({"run": None if target is None else target[1]["run_id"],
+        return JSONResponse({"run": None if target is None else target.info["run_id"],
                              "connections": self.connections, "slow_readers": self.slow_readers,
                              "queue_peak_events": self.queue_peak(),
                              "max_queued_events": self.limits.max_queued_events})
@@ -79,9 +91,9 @@ class Gateway:
         await ws.accept()
         target = self.current()
         if target is None:
-            await self._refuse(ws, "server_error", "no_run", "no run is serving sessions now")
+            await self._refuse(ws, "server_error", "no_run", self.no_run)
             return
-        inlet, info = target
+        inlet, info, codec = target.inlet, target.info, target.codec
         loop = asyncio.get_running_loop()
         if self._courier is None or self._courier.loop is not loop:
             self._courier = Courier(loop)
@@ -104,14 +116,14 @@ class Gateway:
         settings = SessionSettings(dialect=client_events.dialect(ws.headers, ws.query_params))
         client.frames.set_rate(settings.rate_hz)  # what session.created says it takes
         state = Connection(base, settings, Responses(
-            f"{info['run_id']}_{sid}", self.codec.stream() if self.codec else None,
+            f"{info['run_id']}_{sid}", codec.stream() if codec else None,
             settings.dialect))
         self.connections += 1
         self._outboxes.add(listener)
         try:
             await ws.send_text(json.dumps(protocol.event(
                 "session.created", session=protocol.session_object(base, settings))))
-            await self._serve(ws, inlet, client, listener, state)
+            await self._serve(ws, inlet, client, listener, state, codec)
         finally:
             self.connections -= 1
             self._outboxes.discard(listener)
@@ -119,8 +131,8 @@ class Gateway:
             if listener.dropped:
                 logger.warning("session %s: %d events dropped unread", sid, listener.dropped)
 
-    async def _serve(self, ws, inlet, client, listener: Outbox, state) -> None:
-        receiver = asyncio.create_task(self._receive(ws, client, listener, state))
+    async def _serve(self, ws, inlet, client, listener: Outbox, state, codec) -> None:
+        receiver = asyncio.create_task(self._receive(ws, client, listener, state, codec))
         sender = asyncio.create_task(self._send(ws, listener, state.responses))
         overflow = asyncio.create_task(listener.overflowed.wait())
         done, _ = await asyncio.wait({receiver, sender, overflow},
@@ -147,7 +159,7 @@ class Gateway:
         # reason; uvicorn closes the transport when this handler returns.
         await _bounded(asyncio.ensure_future(_close(ws, NORMAL)), FLUSH_WAIT_S)
 
-    async def _receive(self, ws: WebSocket, client, listener, state) -> str:
+    async def _receive(self, ws: WebSocket, client, listener, state, codec) -> str:
         """Until the client leaves or must go; returns why (the session's close reason)."""
         limits = self.limits
         window, count, errors = time.monotonic(), 0, 0
@@ -184,7 +196,7 @@ class Gateway:
                     raise ProtocolError("invalid_event", "binary messages are not events; "
                                                          "send JSON text")
                 replies = client_events.handle(protocol.parse(text), client.frames, state,
-                                                 self.codec)
+                                               codec)
             except BufferFull as exc:
                 return fatal("input_audio_buffer_overflow", str(exc), POLICY)
             except ProtocolError as exc:

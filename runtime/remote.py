@@ -37,6 +37,7 @@ from runtime.config import RunConfig
 logger = logging.getLogger(__name__)
 
 ORIGIN = "gateway"  # frames.origin of a remote client's frames
+IDLE_POLL_S = 0.02  # the poll period while no client is connected
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,10 @@ class Inlet:
 
     @property
     def poll_s(self) -> float:
-        return self.limits.poll_s
+        """Until the next poll: `poll_s` while any client is here, else IDLE_POLL_S (a run no
+        client joined must not wake its thread 500 times a second; an arrival waits at most
+        that long to be admitted)."""
+        return self.limits.poll_s if self._clients or self._queue else IDLE_POLL_S
 
     # --- connection threads ---------------------------------------------------------------
     def connect(self, listener) -> Client:
