@@ -1,9 +1,16 @@
-"""Entry point: `streamlit run streamlit_app.py`. The pages live in app/pages, their navigation
-in app.console."""
+"""Entry point: `streamlit run streamlit_app.py`. One process serves the console's pages
+(app/console_script.py, which Streamlit runs for each browser session) and, on the same port,
+the gateway's /v1/realtime, the microphone page /mic, /healthz and /metrics
+(app/console_routes.py), all joining the console's one run host."""
+
+from pathlib import Path
 
 import streamlit as st
 
-from app.console import main
+from app.console_routes import announce, console_middleware, console_routes
+from gateway.door import Door
 
-st.set_page_config(page_title="Metronome", layout="wide")
-main()
+_door = Door.for_host(st.get_option("server.address") or "0.0.0.0")
+announce(_door, st.get_option("server.address") or "0.0.0.0", st.get_option("server.port"))
+app = st.App(Path(__file__).parent / "app" / "console_script.py", routes=console_routes(),
+             middleware=console_middleware(_door))

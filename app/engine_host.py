@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import threading
 import uuid
+import weakref
 from dataclasses import dataclass
 
 from runtime import RunConfig, Runner, make_engine
@@ -23,25 +23,6 @@ from store.schedules import latest_drift
 logger = logging.getLogger(__name__)
 
 ACTIVE = ("preparing", "starting", "running", "stopping")  # preparing: e.g. a calibration
-METRICS_PORT_ENV = "METRONOME_METRICS_PORT"  # 0 turns the console's metrics endpoint off
-METRICS_ADDR_ENV = "METRONOME_METRICS_ADDR"
-
-
-def metrics_port_from_env() -> int:
-    from app.metrics import DEFAULT_PORT
-
-    text = os.environ.get(METRICS_PORT_ENV, "").strip()
-    if not text:
-        return DEFAULT_PORT
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise ValueError(f"{METRICS_PORT_ENV}={text!r} must be a port in [1, 65535], or 0 (off)")
-    return port
-
-
 def one_line(exc: BaseException) -> str:
     """The first line of an exception's message, for an operator-facing error."""
     text = str(exc).strip()
@@ -85,9 +66,25 @@ class HostState:
     note: tuple[float, str] | None  # (fraction, text) while preparing, else the last one
 
 
+_HOSTS: weakref.WeakSet = weakref.WeakSet()  # the process's hosts (the console makes one)
+
+
+def current_host() -> RunHost | None:
+    """The host the console made in this process, if any (the gateway's routes, served by
+    the same process, join its run)."""
+    hosts = list(_HOSTS)
+    return hosts[-1] if hosts else None
+
+
+def serves_remote(config: RunConfig) -> bool:
+    """Remote clients join runs in real time: vLLM, or the twin paced to the wall clock."""
+    return config.engine != "twin" or config.paced
+
+
 class RunHost:
     """One run (or one series of runs, for an experiment) at a time: start it, stop it, change
-    it live, read its state from any thread."""
+    it live, read its state from any thread. A run in real time also takes remote clients
+    (the gateway's: `gateway_target`), admitted by its own gate."""
 
     def __init__(self, engine_factory=make_engine, metrics_port: int | None = None) -> None:
         """metrics_port: where Prometheus scrapes this process while it lives (None: from
@@ -107,24 +104,15 @@ class RunHost:
         self._config: RunConfig | None = None
         self._series: dict | None = None  # {"kind", "run_ids", "total"} of an experiment
         self._note: tuple[float, str] | None = None  # (fraction, text) of a preparation
+        self._target = None  # gateway.server.Target of the running run, when it takes clients
+        _HOSTS.add(self)
 
     def _serve_metrics(self, port: int | None) -> None:
         # The console must come up even when the port is taken (a second console, a test run):
         # it logs why and runs without metrics.
-        from app.metrics import default_exporter, serve
+        from app.metrics.server import serve_from_env
 
-        addr = os.environ.get(METRICS_ADDR_ENV, "127.0.0.1")
-        try:
-            port = metrics_port_from_env() if port is None else port
-            if port == 0:
-                return
-            bound = serve(port, addr)
-        except ValueError as exc:
-            logger.error("no Prometheus metrics: %s", exc)
-            self.metrics_endpoint = f"off: {exc}"
-            return
-        self._exporter = default_exporter()
-        self.metrics_endpoint = f"http://{addr}:{bound}/metrics"
+        self._exporter, self.metrics_endpoint = serve_from_env(port)
 
     def start(self, config: RunConfig, db_path: str | None = None) -> str:
         """Start `config` in the background and return its run id at once.
@@ -214,6 +202,12 @@ class RunHost:
                 f"window W={policy.window_tokens} S={policy.sink_tokens}",
                 "limit": limit.kind, "cap": limit.limit, "target": runner.target,
                 "stall_guard": "on" if runner.stall_guard else "off"}
+
+    def gateway_target(self):
+        """The running run's gateway Target (its inlet, what a session is told, the model's
+        words), or None: nothing runs, or it runs in simulated time."""
+        with self._lock:
+            return self._target if self._status_locked() == "running" else None
 
     def state(self) -> HostState:
         with self._lock:
@@ -321,7 +315,17 @@ class RunHost:
                 self._exporter.track_drift(lambda: latest_drift(store.cursor()))
                 self._exporter.run_started_for(run_id, config)
                 observers.append(self._exporter)
-            self._runner = Runner(config, engine, store, run_id=run_id, observers=observers)
+            inlet = None
+            if serves_remote(config):
+                from gateway.serve import session_info, text_codec
+                from gateway.server import Target
+                from runtime.remote import Inlet
+
+                inlet = Inlet(config, engine.vocab_size)
+            self._runner = Runner(config, engine, store, run_id=run_id, observers=observers,
+                                  inlet=inlet)
+            self._target = None if inlet is None else Target(
+                inlet, session_info(self._runner, inlet), text_codec(engine))
             self._status = "running"
             return self._runner
 

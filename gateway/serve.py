@@ -21,6 +21,7 @@ import threading
 
 import uvicorn
 
+from gateway.door import Door
 from gateway.protocol import GatewayLimits
 from gateway.server import Gateway, Target
 from runtime import Runner, make_engine
@@ -81,8 +82,9 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
         info = session_info(runner, inlet)
         target = Target(inlet, info, text_codec(engine))
         gateway = Gateway(lambda: target if runner.running else None, limits)
+        door = Door.for_host(host)
         server = uvicorn.Server(uvicorn.Config(
-            gateway.app(), host=host, port=port, log_level="warning", lifespan="off",
+            gateway.app(door), host=host, port=port, log_level="warning", lifespan="off",
             # Frames above this are refused by the protocol layer before they are read; up to
             # it, the gateway answers an oversized message with an error event.
             ws_max_size=4 * limits.max_message_bytes,
@@ -94,7 +96,7 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
         sockets = _sockets(server.config, limits)
         with _stop_on_signals(runner) as handler:
             asyncio.run(_serve(server, sockets, runner, f"ws://{host}:{port}/v1/realtime",
-                               ready, handler))
+                               ready or (lambda url: _announce(url, door)), handler))
         if runner.summary is None:  # the server stopped first (a signal): end the run
             runner.stop("server stopped")
             runner.join()
@@ -158,7 +160,7 @@ async def _serve(server: uvicorn.Server, sockets, runner: Runner, url: str, read
     runner.start()
     while runner.status == "created":  # running before we tell anyone it is there
         await asyncio.sleep(0.005)
-    (ready or _announce)(url)
+    ready(url)
     while runner.summary is None and not task.done():
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.2)  # let the last events and closes reach the clients
@@ -166,8 +168,12 @@ async def _serve(server: uvicorn.Server, sockets, runner: Runner, url: str, read
     await task
 
 
-def _announce(url: str) -> None:
-    page = url.replace("ws://", "http://", 1).removesuffix("/v1/realtime") + "/mic"
+def _announce(url: str, door: Door) -> None:
+    page = door.url(url.replace("ws://", "http://", 1).removesuffix("/v1/realtime") + "/mic")
     print(f"metronome serve: listening on {url}\n"
           f"metronome serve: microphone page {page} (a browser offers the microphone on "
           "localhost or https only)", file=sys.stderr, flush=True)
+    if door.token is not None:
+        print("metronome serve: bound beyond loopback: clients send the token as "
+              f"`Authorization: Bearer {door.token}` (the OpenAI SDK's api_key)",
+              file=sys.stderr, flush=True)

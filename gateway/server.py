@@ -21,12 +21,14 @@ import time
 from dataclasses import dataclass
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from gateway import client_events, mic, protocol
 from gateway.client_events import Connection
+from gateway.door import Door, TokenMiddleware
 from gateway.outbox import Courier, Outbox
 from gateway.protocol import GatewayLimits, ProtocolError, SessionSettings
 from gateway.responses import Responses
@@ -73,8 +75,10 @@ class Gateway:
         return [WebSocketRoute("/v1/realtime", self.realtime), Route("/healthz", self._health),
                 *mic.routes()]
 
-    def app(self) -> Starlette:
-        return Starlette(routes=self.routes())
+    def app(self, door: Door = Door()) -> Starlette:
+        """The gateway's own server (`metronome serve`), behind `door`."""
+        return Starlette(routes=self.routes(), middleware=[Middleware(TokenMiddleware,
+                                                                      door=door)])
 
     def queue_peak(self) -> int:
         """The most events ever waiting for one connection, open or closed."""

@@ -92,7 +92,6 @@ class Runner:
                                  trace)
         if inlet is not None:  # its clients are numbered after the planned arrivals
             inlet.attach(len(self._arrivals))
-            self.sessions.on_close = inlet.session_closed
             self.sessions.inlet = inlet
         self.telemetry = Telemetry(config, engine, self.recorder)
         self.placer = Placer(config.placement)

@@ -69,8 +69,7 @@ class Sessions:
         self.tokens_unticked = 0  # tokens of replaced in-flight frames, for the next tick
         self._unticked_by_rank: dict = {}  # the same per rank
         self.opens = OpenBudget(config.open_budget, self._frame_s)
-        self.on_close = None  # called with (session_id, why) after any close (the inlet)
-        self.inlet = None  # remote clients' sessions: told when one starves or is submitted
+        self.inlet = None  # runtime.remote.Inlet: told of its sessions' starves, submits, closes
 
     # --- open ---------------------------------------------------------------------------------
     def open(self, session_id: int, ticket: Ticket, t_rel: float,
@@ -110,9 +109,8 @@ class Sessions:
             return None
         now = self.engine.now()
         if session.origin == ORIGIN and session.record is not None:
-            # A remote frame taken late keeps its full budget: the next one waits until it is
-            # done (looked at every T/8) or due. Waiting out every late frame's budget kept a
-            # burst from ever catching up: one hiccup became a standing delay.
+            # A late remote frame keeps its full budget: the next waits until it is done
+            # (looked at every T/8) or due, so a burst catches up (tests/gateway/test_catch_up).
             handle = session.record[1]
             due = handle.t_submit - self.recorder.t0 + self._budget_s
             if t_rel < due - 1e-9 and not handle.done_by(now):
@@ -133,8 +131,7 @@ class Sessions:
             self.close(session, t_rel, session.frames.end_reason or Close.SOURCE_ENDED)
             return None
         if not frame.token_ids:
-            # A remote client still owes this frame's audio: the inlet runs the frame when it
-            # comes (a late frame is taken then, the next one stays due on its grid).
+            # A remote client owes the audio: the inlet runs this frame when it comes (late).
             session.underruns += 1
             return self.inlet.starved(session_id, t_rel)
         idx = session.frame_idx
@@ -278,8 +275,8 @@ class Sessions:
         if why not in QUIET_CLOSES:
             self.recorder.event(t_rel, "close", session_id=session.session_id, reason=why,
                                 underruns=session.underruns)
-        if self.on_close is not None:
-            self.on_close(session.session_id, why)
+        if self.inlet is not None:
+            self.inlet.session_closed(session.session_id, why)
 
     def close_all(self, t_rel: float) -> None:
         for session in list(self.live.values()):

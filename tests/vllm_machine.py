@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 
 from app import calibration
-from engine.twin import analytic_n_star
+from engine.twin_fit import analytic_n_star
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ carries both, unrenamed."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 from prometheus_client import REGISTRY, start_http_server
@@ -15,6 +16,8 @@ from app.metrics.exporter import MetricsExporter
 logger = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9464  # the port the console serves on unless METRONOME_METRICS_PORT says else
+METRICS_PORT_ENV = "METRONOME_METRICS_PORT"  # 0 turns the console's own metrics port off
+METRICS_ADDR_ENV = "METRONOME_METRICS_ADDR"
 
 _lock = threading.Lock()
 _exporter: MetricsExporter | None = None
@@ -65,3 +68,40 @@ def stop_serving(port: int, addr: str = "127.0.0.1") -> None:
     if server is not None:
         server.shutdown()
         server.server_close()
+
+
+def metrics_port_from_env() -> int:
+    text = os.environ.get(METRICS_PORT_ENV, "").strip()
+    if not text:
+        return DEFAULT_PORT
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{METRICS_PORT_ENV}={text!r} must be a port in [1, 65535], or 0 (off)")
+    return port
+
+
+def serve_from_env(port: int | None) -> tuple[MetricsExporter | None, str | None]:
+    """The console's metrics port (None: $METRONOME_METRICS_PORT, default 9464; 0: off):
+    (the exporter, the URL served) or (None, why none is); never raises."""
+    addr = os.environ.get(METRICS_ADDR_ENV, "127.0.0.1")
+    try:
+        port = metrics_port_from_env() if port is None else port
+        if port == 0:
+            return None, None
+        bound = serve(port, addr)
+    except ValueError as exc:
+        logger.error("no Prometheus metrics: %s", exc)
+        return None, f"off: {exc}"
+    return default_exporter(), f"http://{addr}:{bound}/metrics"
+
+
+async def metrics_route(_request):
+    """/metrics on an ASGI server (the console's own port): the same registry."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from starlette.responses import Response
+
+    default_exporter()
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

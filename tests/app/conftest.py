@@ -16,7 +16,7 @@ from app.engine_host import ACTIVE
 from runtime import RunConfig
 from store import open_store
 
-APP = str(Path(__file__).resolve().parents[2] / "streamlit_app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app" / "console_script.py")
 PAGES = "app/pages"
 RUN_TIMEOUT_S = 30.0
 

@@ -3,7 +3,8 @@ the run's engine steps fit the twin's cost model."""
 
 import pytest
 
-from engine.twin import TwinEngine, fit_cost_model
+from engine.twin import TwinEngine
+from engine.twin_fit import fit_cost_model
 from runtime import RunConfig, Runner
 from store.queries import occupancy, steps
 
