@@ -17,7 +17,7 @@ from runtime import RunConfig
 from store import open_store
 
 APP = str(Path(__file__).resolve().parents[2] / "app" / "console_script.py")
-PAGES = "app/pages"
+PAGES = "pages"  # relative to the console script (app/console_script.py)
 RUN_TIMEOUT_S = 30.0
 
 

@@ -44,12 +44,13 @@ def test_every_frame_sent_is_in_both_records_and_latencies_agree(serve, tmp_path
     # client: agreement is within one frame period, as the issue asks, never a frame off.
     assert (gap > -FRAME_MS).all(), gap.min()
     assert gap.quantile(0.95) < FRAME_MS, gap.describe()
-    # By design a frame starts `slack_s` after its audio is complete and a token waits up to
-    # one `poll_s` to be sent (30 + 10 ms): the median gap is that wait plus the wire, not a
-    # frame off. A quarter frame for the wire and the event loop on two loaded cores (a bound
-    # of half a frame, 40 ms, failed once at 40.2 ms: the designed wait alone reaches it).
+    # By design a frame starts `slack_s` (0) after its audio is complete and a late frame
+    # waits at most one `poll_s` (2 ms) for the run thread; tokens are pushed as they come.
+    # The median gap is that plus the wire and two event loops on two cores shared with the
+    # load client (and, in CI, other test workers): bounded by half a frame, not a frame off
+    # (what benchmarks/gateway_overhead.py measures on a quiet machine is far less).
     designed_ms = (InletLimits.slack_s + InletLimits.poll_s) * 1e3
-    assert gap.median() < designed_ms + FRAME_MS / 4, gap.describe()
+    assert gap.median() < designed_ms + FRAME_MS / 2, gap.describe()
 
 
 def test_fixed_cap_refuses_the_rest_with_server_overloaded(serve, tmp_path):
