@@ -46,6 +46,7 @@ class LiveData:
     marks: charts.Marks  # stalls, live changes, the t_sat prediction
     history: pd.DataFrame  # queries.settings_history
     ranks: pd.DataFrame | None = None  # rank_queries.rank_buckets; empty with one rank
+    origins: dict | None = None  # session id → origin (queries.session_origins)
 
     @property
     def x_domain(self) -> tuple[float, float]:
@@ -95,7 +96,8 @@ def live_data(cur, row: dict, cache: dict | None = None) -> LiveData:
         cache[(run_id, bucket)] = _Settled(until, *(
             _append(getattr(settled, k), new[k][new[k].t < until] if not new[k].empty
                     else new[k]) for k in new))
-    return LiveData(row, tick, frames, ticks, wall, bucket, marks, history, ranks)
+    return LiveData(row, tick, frames, ticks, wall, bucket, marks, history, ranks,
+                    queries.session_origins(cur, run_id))
 
 
 def _settled_edge(row: dict, tick: dict | None, bucket: float) -> float:

@@ -1,6 +1,6 @@
-"""The Load page's link to the operator's microphone page: the page is served by a running
-`metronome serve` (the gateway's own process, gateway/mic.py), never mounted into Streamlit,
-so the console only needs that server's address and turns it into the page's URL."""
+"""The Load page's links to the operator's microphone page: the console's own (`MIC_PAGE`, on
+the console's origin: app/console_routes.py serves it), and that of a headless `metronome
+serve` elsewhere, from its address."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 logger = logging.getLogger(__name__)
 
+MIC_PAGE = "/mic"  # the console's own, relative: the browser keeps the console's origin
 GATEWAY_URL_ENV = "METRONOME_GATEWAY_URL"  # where the console's operators find `metronome serve`
 DEFAULT_GATEWAY = "http://127.0.0.1:8765"  # `metronome serve`'s default host and port
 # The serve line prints ws://…; a browser opens the page over http of the same host and port.

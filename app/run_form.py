@@ -21,11 +21,12 @@ SYNTHETIC_LOADS = ("fixed", "ramp", "poisson")
 
 def load_choices() -> list[str]:
     """Synthetic shapes, plus WAV replay, the microphone and the replay of a recording once the
-    runtime takes them (a RunConfig with a wav_dir / mic_device / replay_run field)."""
+    runtime takes them (a RunConfig with a wav_dir / mic_device / replay_run field), and
+    `gateway`: remote clients only (the browser microphone, the OpenAI SDK), N the cap."""
     have = {f.name for f in fields(RunConfig)}
     extra = [kind for kind, field in (("wav", "wav_dir"), ("mic", "mic_device"),
                                       ("replay", "replay_run")) if field in have]
-    return [*SYNTHETIC_LOADS, *extra]
+    return [*SYNTHETIC_LOADS, *extra, "gateway"]
 
 
 def settings_widgets() -> dict:
@@ -56,7 +57,9 @@ def settings_widgets() -> dict:
     st.markdown("**Load**")
     a, b, c = st.columns(3)
     load = a.selectbox("Shape", load_choices(), key="load",
-                       help="fixed: N sessions at once; ramp and Poisson: N offered over time.")
+                       help="fixed: N sessions at once; ramp and Poisson: N offered over time; "
+                            "gateway: only remote clients (/mic, /v1/realtime), at most N. "
+                            "Every run on vLLM or the paced twin also takes remote clients.")
     sessions = b.number_input("Sessions N", value=default["sessions"], step=1, key="sessions")
     arrival_rate = c.number_input("Arrival rate (sessions/s)", value=None, step=0.5,
                                   key="arrival_rate", placeholder="auto",

@@ -146,7 +146,23 @@ def truth_and_lie(data: LiveData) -> None:
 WALL_TITLE = "Session wall (dark: silent)"
 
 
-def run_charts(data: LiveData) -> None:
+def by_origin(data: LiveData) -> pd.DataFrame:
+    """Sessions, frames and the silent share per origin (the run's load, `gateway` clients),
+    from the session wall's rollups."""
+    wall, origins = data.wall, data.origins or {}
+    if wall.empty:
+        return pd.DataFrame(columns=["origin", "sessions", "frames", "silent"])
+    df = wall.assign(origin=wall.session_id.map(origins).fillna("?"),
+                     silent=wall.silent_share * wall.frames)
+    out = df.groupby("origin").agg(sessions=("session_id", "nunique"), frames=("frames", "sum"),
+                                   silent=("silent", "sum")).reset_index()
+    out["silent"] = (out.silent / out.frames.clip(lower=1)).map(_pct)
+    return out
+
+
+def run_charts(data: LiveData, origin: str | None = None) -> None:
+    """`origin`: the session wall shows only that origin's sessions (the other charts are the
+    whole run's: the rollups behind them are per run, not per origin)."""
     row = data.row
     x = data.x_domain
     st.altair_chart(charts.latency_chart(data.frames, float(row["budget_ms"]), target_ms(row),
@@ -167,8 +183,11 @@ def run_charts(data: LiveData) -> None:
     left, right = st.columns(2)
     n_star = None if tick is None else _int(tick.get("n_star"))
     left.altair_chart(charts.sessions_chart(data.ticks, x, data.marks, n_star), width="stretch")
-    image, caption = charts.session_wall_image(data.wall, x[1], data.bucket_s)
-    right.markdown(f"**{WALL_TITLE}**")
+    wall = data.wall
+    if origin is not None and not wall.empty:
+        wall = wall[wall.session_id.map(data.origins or {}) == origin]
+    image, caption = charts.session_wall_image(wall, x[1], data.bucket_s)
+    right.markdown(f"**{WALL_TITLE}**" + (f" · origin `{origin}`" if origin else ""))
     right.image(image, caption=caption, width="stretch")
 
 

@@ -1,5 +1,5 @@
-"""Session lifecycle: open on an admitted arrival, one frame per period, rollover before
-max_model_len, close (ended, source ended, error, evicted by the stall guard).
+"""Session lifecycle: open on an admitted arrival (an `open` event says its origin), one frame
+per period, rollover before max_model_len, close (ended, source ended, error, evicted).
 
 A session's source advances every period whether or not the engine keeps up (speech does not
 wait): a frame the engine cannot take yet is skipped (silent), see runtime/backlog.py.
@@ -47,7 +47,7 @@ class Session:
     max_blocks: int = 0
     rank: int | None = None  # data-parallel rank it lives on (None: the engine did not say)
     origin: str = "load"  # frames.origin: the run's load kind, or "gateway" for a client
-    underruns: int = 0  # frame times a remote client still owed the audio (retried)
+    underruns: int = 0  # frame times a remote client still owed the audio
 
 
 class Sessions:
@@ -97,6 +97,7 @@ class Sessions:
         self.engine.open(session_id, rank)
         session.rank = self.engine.session_rank(session_id)
         self.live[session_id] = session
+        self.recorder.event(t_rel, "open", session_id=session_id, origin=session.origin)
         return start
 
     # --- one frame ----------------------------------------------------------------------------
@@ -259,9 +260,8 @@ class Sessions:
         session.kv_tokens = 0
         session.inflight = session.ahead = None
         self.recorder.totals.rollovers += 1
-        self.recorder.event(t_rel, "rollover", session_id=session.session_id,
-                            prompt_tokens=len(self.rollover_prompt(session)),
-                            sink_tokens=len(session.sinks))
+        self.recorder.event(t_rel, "rollover", session_id=session.session_id, sink_tokens=len(
+            session.sinks), prompt_tokens=len(self.rollover_prompt(session)))
         return True
 
     # --- close --------------------------------------------------------------------------------

@@ -66,6 +66,15 @@ def events(cur, run_id: str) -> pd.DataFrame:
         "SELECT t, wall_at, kind, detail FROM events WHERE run_id = ? ORDER BY wall_at, t", [run_id]).df()
 
 
+def session_origins(cur, run_id: str) -> dict[int, str]:
+    """Each session's origin (its `open` event): the run's load kind, or `gateway` for a
+    remote client. Sessions of runs recorded before `open` events have none."""
+    rows = cur.execute("SELECT CAST(json_extract(detail, '$.session_id') AS INTEGER), "
+                       "json_extract_string(detail, '$.origin') FROM events "
+                       "WHERE run_id = ? AND kind = 'open'", [run_id]).fetchall()
+    return {int(sid): origin for sid, origin in rows if sid is not None}
+
+
 def frame_percentiles(cur, run_id: str) -> dict:
     """Whole-run p50/p95/p99 of true latency and p95 of the gateway's (naive) latency.
     A percentile whose rank falls among censored frames is None with `pNN_censored` True."""

@@ -60,7 +60,14 @@ def live(selected: str) -> None:
                  store_health=store().writer.health() if is_current else None)
     views.summary_metrics(row["summary"])
     views.gauges(data)
-    views.run_charts(data)
+    origin = None
+    kinds = sorted(set((data.origins or {}).values()))
+    if len(kinds) > 1 or "gateway" in kinds:  # remote clients: who is who
+        left, right = st.columns([1, 2])
+        origin = left.selectbox("Sessions from", [None, *kinds], key="live_origin",
+                                format_func=lambda o: "every origin" if o is None else o)
+        right.table(views.by_origin(data).set_index("origin"))
+    views.run_charts(data, origin)
     views.truth_and_lie(data)
 
 

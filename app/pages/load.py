@@ -7,7 +7,7 @@ from app import run_form, views
 from app.replay import run_config
 from app.console import run_host, store
 from app.engine_host import one_line
-from app.mic_link import GATEWAY_URL_ENV, default_gateway, mic_page_url
+from app.mic_link import GATEWAY_URL_ENV, MIC_PAGE, default_gateway, mic_page_url
 from store import StoreError
 
 st.title("Load")
@@ -42,14 +42,18 @@ with right:
 
 st.subheader("Operator's microphone")
 st.caption(
-    "Speak into this browser's microphone as one session of a run served over the wire. The "
-    "page belongs to a running `metronome serve` (e.g. `metronome serve --engine twin --port "
-    "8765`), not to this console: give that server's address below (what serve prints, or "
-    f"host:port), or set `${GATEWAY_URL_ENV}` before starting the console. Browsers offer the "
-    "microphone only on https or localhost: from a laptop, tunnel the port "
-    "(`ssh -L 8765:127.0.0.1:8765 gpu-host`) and use http://localhost:8765.")
-gateway_address = st.text_input("Gateway address", value=default_gateway(), key="gateway_url")
-try:
-    st.link_button("Open the microphone page", mic_page_url(gateway_address))
-except ValueError as exc:
-    st.error(one_line(exc))
+    "Speak into this browser's microphone as one session of the run this console is running "
+    "(on vLLM, or the twin with Paced on; the shape `gateway` is a run of remote clients only): "
+    "the page is served by this console at /mic, and its frames appear on the Live page as "
+    "origin `gateway`. Realtime clients (the OpenAI SDK) connect to /v1/realtime on this same "
+    "port. Browsers offer the microphone only on https or localhost: from a laptop, tunnel the "
+    "console's port (`ssh -L 8501:127.0.0.1:8501 gpu-host`) and open http://localhost:8501/mic.")
+st.link_button("Open the microphone page", MIC_PAGE, type="primary")
+with st.expander("A gateway elsewhere (a headless `metronome serve`)"):
+    st.caption(f"Its address as serve printed it, or host:port (default from `${GATEWAY_URL_ENV}`).")
+    gateway_address = st.text_input("Gateway address", value=default_gateway(),
+                                    key="gateway_url")
+    try:
+        st.link_button("Open that server's microphone page", mic_page_url(gateway_address))
+    except ValueError as exc:
+        st.error(one_line(exc))

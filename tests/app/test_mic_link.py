@@ -28,10 +28,13 @@ def test_a_bad_address_says_what_is_wrong(address, says):
         mic_page_url(address)
 
 
-def test_load_page_links_to_the_gateway_in_the_environment(db, monkeypatch):
+def test_load_page_links_to_its_own_mic_page_and_to_the_gateway_in_the_environment(
+        db, monkeypatch):
     monkeypatch.setenv(GATEWAY_URL_ENV, "ws://10.0.0.7:8800/v1/realtime")
     at = page("load")
-    (link,) = [b for b in at.get("link_button")]
-    assert link.proto.url == "http://10.0.0.7:8800/mic"
+    own, elsewhere = [b for b in at.get("link_button")]
+    assert own.proto.url == "/mic"  # the console serves it, on its own origin
+    assert elsewhere.proto.url == "http://10.0.0.7:8800/mic"
     at.text_input(key="gateway_url").input("nonsense://x").run()
-    assert not at.get("link_button") and "nonsense:// is not" in at.error[0].value
+    assert [b.proto.url for b in at.get("link_button")] == ["/mic"]
+    assert "nonsense:// is not" in at.error[0].value
