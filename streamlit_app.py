@@ -7,10 +7,13 @@ from pathlib import Path
 
 import streamlit as st
 
-from app.console_routes import announce, console_middleware, console_routes
+from app.console_routes import (announce, console_middleware, console_routes, lifespan,
+                                publish_reads)
 from gateway.door import Door
 
-_door = Door.for_host(st.get_option("server.address") or "0.0.0.0")
-announce(_door, st.get_option("server.address") or "0.0.0.0", st.get_option("server.port"))
+_address, _port = st.get_option("server.address") or "0.0.0.0", st.get_option("server.port")
+_door = Door.for_host(_address)
+announce(_door, _address, _port)
+publish_reads(_door, _address, _port)
 app = st.App(Path(__file__).parent / "app" / "console_script.py", routes=console_routes(),
-             middleware=console_middleware(_door))
+             middleware=console_middleware(_door), lifespan=lifespan)

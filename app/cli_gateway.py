@@ -4,6 +4,7 @@ realtime server): their arguments and commands. The work lives in gateway/."""
 from __future__ import annotations
 
 import json
+import os
 
 SERVE_DURATION_S = 3600.0  # serve's default run length: an hour of sessions
 
@@ -50,6 +51,9 @@ def add_parsers(sub, run_arguments, number) -> None:
     load.add_argument("--budget-ms", type=number, default=None,
                       help="a frame's deadline after its send when the server does not say "
                            "(default: the frame period)")
+    load.add_argument("--token", default=os.environ.get("METRONOME_TOKEN"),
+                      help="a server bound beyond loopback asks for its token (default: "
+                           "$METRONOME_TOKEN); sent as `Authorization: Bearer`")
     load.add_argument("--db", default=None)
     load.add_argument("--no-store", action="store_true", help="do not record the run")
     load.add_argument("--json", action="store_true")
@@ -86,7 +90,7 @@ def cmd_load(args) -> int:
                            load=args.load, arrival_rate=args.arrival_rate, wav_dir=args.wav_dir,
                            seed=args.seed, protocol=args.protocol, model=args.model,
                            frame_ms=args.frame_ms, sample_rate_hz=args.sample_rate,
-                           budget_ms=args.budget_ms)
+                           budget_ms=args.budget_ms, token=args.token)
     store = None if args.no_store else open_store(args.db)
     try:
         summary = run_load(cfg, store)

@@ -15,12 +15,12 @@ MAX_SCHEDULER_S = 366 * 86400.0  # `scheduler --for`: a year; longer is "until a
 
 
 def _cmd_runs(args) -> int:
-    from store import open_existing
+    from store import open_reader
     from store.queries import runs
 
     if not 1 <= args.limit <= MAX_LIST:
         raise ValueError(f"limit {args.limit} must be in [1, {MAX_LIST}]")
-    store = open_existing(args.db)
+    store = open_reader(args.db)
     try:
         df = runs(store.cursor(), args.limit)
     finally:
@@ -31,11 +31,12 @@ def _cmd_runs(args) -> int:
 
 def _cmd_report(args) -> int:
     from app import report
-    from store import open_existing
+    from store import Store, open_reader
 
-    store = open_existing(args.db)
-    try:
-        path = report.write(store.cursor(), args.run_ids, args.out, store)
+    store = open_reader(args.db)
+    try:  # through the holder, its runs are rolled up by it: no store to build them in
+        path = report.write(store.cursor(), args.run_ids, args.out,
+                            store if isinstance(store, Store) else None)
     finally:
         store.close()
     print(path)
@@ -91,11 +92,12 @@ def _cmd_scheduler(args) -> int:
 def _cmd_schedule(args) -> int:
     from app import scheduler
     from app.schedules import ScheduleSpec, spec_or_problem
-    from store import open_existing, open_store
+    from store import open_existing, open_reader, open_store
     from store import schedules as table
 
-    # Adding may create the database; listing or changing a schedule needs one that exists.
-    store = (open_store if args.action == "add" else open_existing)(args.db)
+    # Adding may create the database; listing or changing a schedule needs one that exists;
+    # listing reads through the console that holds it, if one does.
+    store = {"add": open_store, "list": open_reader}.get(args.action, open_existing)(args.db)
     try:
         if args.action == "add":
             try:

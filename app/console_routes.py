@@ -12,6 +12,7 @@ takes remote clients for as long as it runs, with any load, and the Load page's 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from starlette.middleware import Middleware
@@ -21,6 +22,9 @@ from app.engine_host import current_host
 from app.metrics.server import metrics_route
 from gateway.door import Door, TokenMiddleware
 from gateway.server import Gateway
+from gateway.store_api import PATH as STORE_API, store_route
+from store import db_path, open_store
+from store.shared_reads import publish, withdraw
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +38,24 @@ def _target():
 
 
 def console_routes() -> list:
-    return [*Gateway(_target, no_run=NO_RUN).routes(), Route("/metrics", metrics_route)]
+    return [*Gateway(_target, no_run=NO_RUN).routes(), Route("/metrics", metrics_route),
+            store_route(lambda: open_store(db_path()))]
+
+
+@contextlib.asynccontextmanager
+async def lifespan(_app):
+    """The console's server: at its end, readers are no longer sent to it."""
+    yield None
+    withdraw(db_path())
+
+
+def publish_reads(door: Door, address: str, port: int) -> None:
+    """Readers of the console's database (`metronome runs --db …`) find it here while it
+    holds the file (store/shared_reads.py); a stale file names a pid that is gone."""
+    if db_path() == ":memory:":
+        return
+    host = "127.0.0.1" if address in ("0.0.0.0", "::", "") else address
+    publish(db_path(), f"http://{host}:{port}{STORE_API}", door.token)
 
 
 def console_middleware(door: Door) -> list:

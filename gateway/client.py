@@ -21,7 +21,7 @@ import math
 import random
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import websockets
@@ -54,6 +54,9 @@ class LoadClientConfig:
     sample_rate_hz: int | None = None  # None: the flavour's (24 kHz OpenAI, 16 kHz vLLM)
     tokens_out: int | None = None  # None: a frame is answered by its first delta
     budget_ms: float | None = None  # None: the frame period
+    # A server bound beyond loopback asks for its token (gateway/door.py): sent as the OpenAI
+    # SDK sends its api_key; never recorded with the run's settings.
+    token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("ws://", "wss://")):
@@ -119,7 +122,8 @@ def run_load(cfg: LoadClientConfig, store=None) -> dict:
     asyncio.run(_drive(cfg, rec, arrivals, audio))
     summary = rec.summary("finished", None, len(arrivals), cfg.duration_s)
     if store is not None:
-        rec.write(store, {**asdict(cfg), "load": cfg.load}, summary, started)
+        settings = {k: v for k, v in asdict(cfg).items() if k != "token"}
+        rec.write(store, {**settings, "load": cfg.load}, summary, started)
     return summary
 
 
@@ -141,8 +145,10 @@ async def _session(cfg: LoadClientConfig, rec: ClientRecord, sid: int, arrival: 
     await asyncio.sleep(max(0.0, arrival - rec.now()))
     try:
         # No compression: zlib on every base64 append was a quarter of the client's loop.
-        ws = await websockets.connect(cfg.url, open_timeout=CONNECT_TIMEOUT_S, compression=None,
-                                      max_size=8 * 1024 * 1024, ping_interval=None)
+        ws = await websockets.connect(
+            cfg.url, open_timeout=CONNECT_TIMEOUT_S, compression=None, ping_interval=None,
+            max_size=8 * 1024 * 1024,
+            additional_headers={"Authorization": f"Bearer {cfg.token}"} if cfg.token else None)
     except (OSError, websockets.exceptions.WebSocketException, TimeoutError) as exc:
         rec.event("close", session_id=sid, reason=f"connect failed: {exc}")
         return

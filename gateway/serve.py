@@ -24,10 +24,12 @@ import uvicorn
 from gateway.door import Door
 from gateway.protocol import GatewayLimits
 from gateway.server import Gateway, Target
+from gateway.store_api import PATH as STORE_API, store_route
 from runtime import Runner, make_engine
 from runtime.config import RunConfig
 from runtime.remote import Inlet, InletLimits
 from store import open_store
+from store.shared_reads import publish, withdraw
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +86,7 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
         gateway = Gateway(lambda: target if runner.running else None, limits)
         door = Door.for_host(host)
         server = uvicorn.Server(uvicorn.Config(
-            gateway.app(door), host=host, port=port, log_level="warning", lifespan="off",
+            gateway.app(door, (store_route(lambda: store),)), host=host, port=port, log_level="warning", lifespan="off",
             # Frames above this are refused by the protocol layer before they are read; up to
             # it, the gateway answers an oversized message with an error event.
             ws_max_size=4 * limits.max_message_bytes,
@@ -94,6 +96,8 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
             ws_per_message_deflate=False,
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
         sockets = _sockets(server.config, limits)
+        if store.path != ":memory:":  # readers of the file while serve holds it
+            publish(store.path, f"http://{_local(host)}:{port}{STORE_API}", door.token)
         with _stop_on_signals(runner) as handler:
             asyncio.run(_serve(server, sockets, runner, f"ws://{host}:{port}/v1/realtime",
                                ready or (lambda url: _announce(url, door)), handler))
@@ -102,9 +106,15 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
             runner.join()
         return runner.summary
     finally:
+        withdraw(store.path)
         if engine is not None:
             engine.shutdown()
         store.close()
+
+
+def _local(host: str) -> str:
+    """How a reader on this machine reaches a server bound to `host`."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
 def _sockets(config: uvicorn.Config, limits: GatewayLimits) -> list[socket.socket] | None:

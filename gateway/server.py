@@ -75,10 +75,10 @@ class Gateway:
         return [WebSocketRoute("/v1/realtime", self.realtime), Route("/healthz", self._health),
                 *mic.routes()]
 
-    def app(self, door: Door = Door()) -> Starlette:
-        """The gateway's own server (`metronome serve`), behind `door`."""
-        return Starlette(routes=self.routes(), middleware=[Middleware(TokenMiddleware,
-                                                                      door=door)])
+    def app(self, door: Door = Door(), extra: tuple = ()) -> Starlette:
+        """The gateway's own server (`metronome serve`), with `extra` routes, behind `door`."""
+        return Starlette(routes=[*self.routes(), *extra],
+                         middleware=[Middleware(TokenMiddleware, door=door)])
 
     def queue_peak(self) -> int:
         """The most events ever waiting for one connection, open or closed."""

@@ -22,7 +22,12 @@ __all__ = ["DEFAULT_DB", "RUN_STATUSES", "TABLES", "Store", "StoreError", "db_pa
 
 
 class StoreError(RuntimeError):
-    """The database cannot be opened; the message is one line for the operator."""
+    """The database cannot be opened; the message is one line for the operator.
+    `holder_pid`: the process holding it, when that is why."""
+
+    def __init__(self, message: str, holder_pid: int | None = None) -> None:
+        super().__init__(message)
+        self.holder_pid = holder_pid
 
 
 def db_path(explicit: str | None = None) -> str:
@@ -89,7 +94,8 @@ def _connect(path: str):
         holder = re.search(r"PID (\d+)", text)
         if "lock" in text.lower():
             who = f"process {holder.group(1)}" if holder else "another process"
-            raise StoreError(f"database {path} is in use by {who}; stop it or pass another --db")
+            raise StoreError(f"database {path} is in use by {who}; stop it or pass another --db",
+                             int(holder.group(1)) if holder else None)
         raise StoreError(f"cannot open database {path}: {text.splitlines()[0]}") from None
     except duckdb.Error as exc:
         raise StoreError(f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
@@ -109,6 +115,22 @@ def open_store(path: str | None = None) -> Store:
             store = Store(resolved)
             _stores[key] = store
         return store
+
+
+def open_reader(path: str | None = None):
+    """open_existing for commands that only read (`runs`, `report`, `schedule list`): while
+    another process holds the database, its rows through that process when it offers them
+    (store/shared_reads.py), else the same one-line refusal."""
+    from store.shared_reads import reader_for
+
+    try:
+        return open_existing(path)
+    except StoreError as exc:
+        reader = reader_for(db_path(path), exc.holder_pid) if exc.holder_pid else None
+        if reader is None:
+            raise
+        logger.info("%s: reading through process %s", exc, exc.holder_pid)
+        return reader
 
 
 def open_existing(path: str | None = None) -> Store:

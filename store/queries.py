@@ -216,7 +216,7 @@ def run_history(cur, status: list[str] | None = None, engine: list[str] | None =
 def run_frames(cur, run_id: str):
     """All frame rows of a run as an Arrow table (for Parquet/CSV export)."""
     return cur.execute("SELECT * FROM frames WHERE run_id = ? ORDER BY t_submit, session_id",
-                       [run_id]).fetch_arrow_table()
+                       [run_id]).to_arrow_table()
 
 
 # --- what the charts mark: stalls, live changes, the t_sat prediction --------------------------
