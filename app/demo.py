@@ -204,9 +204,11 @@ def demo_engine() -> str:
     return engine
 
 
-def preparation(engine: str, model: str = "tiny", seed: int = 0):
+def preparation(engine: str, model: str = "tiny", seed: int = 0, watched: bool = False):
     """The host job (RunHost.start_prepared, 2 runs): the stored calibration for this machine
-    or a new one, then the demo's unbounded and windowed runs."""
+    or a new one, then the demo's unbounded and windowed runs. `watched` (the console): the
+    twin's runs are paced to the wall clock, so the pool fills and frames go silent while a
+    stakeholder watches (vLLM's always are)."""
     def prepare(store, progress) -> list[RunConfig]:
         from app import calibration
 
@@ -215,7 +217,10 @@ def preparation(engine: str, model: str = "tiny", seed: int = 0):
         progress(1.0, f"demo: {settings.period_note}; {settings.sessions} sessions, pool "
                       f"{settings.pool_blocks} blocks, predicted t_sat "
                       f"{settings.predicted_t_sat_s:.1f} s ({cal.label()})")
-        return settings.configs(engine, model, seed)
+        configs = settings.configs(engine, model, seed)
+        if watched and engine == "twin":
+            configs = [replace(c, paced=True) for c in configs]
+        return configs
     return prepare
 
 

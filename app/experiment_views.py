@@ -1,5 +1,6 @@
-"""Drawing an experiment's finished runs: side by side on shared axes, the collapse table, the
-converged cap. Runs not finished yet are simply not drawn, so this works while a series runs."""
+"""Drawing an experiment's runs: side by side on shared axes, the collapse table, the converged
+cap. A cliff vs slope pair draws its running run live beside the finished one (the pool
+filling, frames going silent, as it happens); the other kinds draw their runs once finished."""
 
 from __future__ import annotations
 
@@ -17,17 +18,27 @@ def finished_rows(cur, run_ids: list[str]) -> list[dict]:
     return [row for row in rows if row is not None and row["summary"]]
 
 
+def started_rows(cur, run_ids: list[str]) -> list[dict]:
+    """The runs that have a row (finished, or running now: its row comes with its start)."""
+    rows = [queries.run_row(cur, run_id) for run_id in run_ids]
+    return [row for row in rows if row is not None]
+
+
 def draw_results(cur, kind: str, run_ids: list[str]) -> None:
+    if kind == "cliff vs slope":
+        rows = started_rows(cur, run_ids)
+        done = [r for r in rows if r["summary"]]
+        if len(done) == 2:
+            st.success(story.story(cur, *(json.loads(r["summary"]) for r in done)))
+        if rows:
+            side_by_side(cur, rows, planned=len(run_ids))
+        if len(done) == 2:
+            downloads([r["run_id"] for r in done])
+        return
     rows = finished_rows(cur, run_ids)
     if not rows:
         return
-    if kind == "cliff vs slope":
-        if len(rows) == 2:
-            st.success(story.story(cur, *(json.loads(r["summary"]) for r in rows)))
-        side_by_side(cur, rows)
-        if len(rows) == 2:
-            downloads([r["run_id"] for r in rows])
-    elif kind == "collapse":
+    if kind == "collapse":
         table = experiments.collapse_table(rows)
         st.subheader("Collapse table")
         st.dataframe(table.drop(columns=["stalled", "runs"]), hide_index=True)
@@ -36,33 +47,45 @@ def draw_results(cur, kind: str, run_ids: list[str]) -> None:
         n_star(cur, rows[0])
 
 
-def side_by_side(cur, rows: list[dict]) -> None:
-    """One column per run, every chart on the same axes, so cliff and slope read directly."""
+def side_by_side(cur, rows: list[dict], planned: int | None = None) -> None:
+    """One column per run, every chart on the same axes, so cliff and slope read directly; a
+    run still running is drawn as it is written (the fragment redraws it every second), and
+    a planned run not started yet holds its column."""
     from app.console import ensure_rolled_up
 
-    ensure_rolled_up(*(row["run_id"] for row in rows))
+    ensure_rolled_up(*(row["run_id"] for row in rows if row["summary"]))
     data = {row["run_id"]: views.live_data(cur, row) for row in rows}
     x = (0.0, max(float(row["duration_s"]) for row in rows))
     top = max(charts.latency_top([d.frames], float(row["budget_ms"]))
               for row, d in zip(rows, data.values()))
-    for col, row in zip(st.columns(len(rows)), rows):
+    columns = st.columns(max(len(rows), planned or 0))
+    for col, row in zip(columns, rows):
         d = data[row["run_id"]]
-        summary = json.loads(row["summary"])
-        stall = views.stall_text(summary)
-        stall = {"never": "never stalled",
-                 "partial stall": "partial stall (some sessions starved for blocks)"}.get(
-            stall, f"stalled at {stall}")
-        col.markdown(f"**{experiments.policy_label(row)}** · seed {row['seed']} · {stall}"
-                     + f" · silent {summary['silent_rate'] or 0:.1%}"
-                     + f" · p95 {views.p95_text(summary)}")
-        col.markdown(f"_{story.row_sentence(cur, row)}_")
-        col.caption(naive_and_truth(summary))
+        if row["summary"]:
+            summary = json.loads(row["summary"])
+            stall = views.stall_text(summary)
+            stall = {"never": "never stalled",
+                     "partial stall": "partial stall (some sessions starved for blocks)"}.get(
+                stall, f"stalled at {stall}")
+            col.markdown(f"**{experiments.policy_label(row)}** · seed {row['seed']} · {stall}"
+                         + f" · silent {summary['silent_rate'] or 0:.1%}"
+                         + f" · p95 {views.p95_text(summary)}")
+            col.markdown(f"_{story.row_sentence(cur, row)}_")
+            col.caption(naive_and_truth(summary))
+        else:
+            tick = d.tick or {}
+            col.markdown(f"**{experiments.policy_label(row)}** · seed {row['seed']} · "
+                         f"**running now**: {float(tick.get('t') or 0):.0f} s of "
+                         f"{float(row['duration_s']):g} s, pool ρ "
+                         f"{float(tick.get('occupancy') or 0):.2f}")
         col.altair_chart(charts.latency_chart(d.frames, float(row["budget_ms"]), x_domain=x,
                                               y_domain=(0, top), marks=d.marks),
                          width="stretch")
         col.altair_chart(charts.occupancy_chart(d.ticks, x_domain=x, marks=d.marks),
                          width="stretch")
         col.altair_chart(charts.silent_chart(d.frames, x, d.marks), width="stretch")
+    for col in columns[len(rows):]:
+        col.caption("the next run of the pair starts when this one ends")
 
 
 def naive_and_truth(summary: dict) -> str:

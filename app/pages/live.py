@@ -25,8 +25,8 @@ if not runs and run_host().state().status not in ACTIVE:
     if st.button(f"Run the cliff vs slope demo (calibrated for this machine, {engine})",
                  key="demo_start", type="primary"):
         try:
-            run_host().start_prepared(demo.preparation(engine), 2, store().path,
-                                      kind="cliff vs slope")
+            run_host().start_prepared(demo.preparation(engine, watched=True), 2,
+                                      store().path, kind="cliff vs slope")
         except (ValueError, StoreError) as exc:
             st.error(one_line(exc))
         else:

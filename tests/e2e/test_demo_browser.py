@@ -37,12 +37,18 @@ def test_one_click_demo_lands_on_the_comparison(tmp_path):
 
         page.set_viewport_size(VIEWPORT)
         expect(page).to_have_url(f"{url}/experiments", timeout=20_000)
+        # While the first run runs (the console's twin demo is paced), its charts are drawn
+        # as they are written, beside the column the second run will take.
+        expect(page.get_by_text("running now").first).to_be_visible(timeout=60_000)
+        charts = page.locator('[data-testid="stVegaLiteChart"]')
+        expect(charts.nth(2)).to_be_visible(timeout=20_000)  # latency, occupancy, silent
+        page.wait_for_timeout(4000)  # a few refreshes: the pool has started to fill
+        page.screenshot(path=str(ARTIFACTS / "demo-mid-run.png"), full_page=True)
         story = page.get_by_text("Same ", exact=False).filter(has_text="went silent")
-        expect(story.first).to_be_visible(timeout=60_000)
+        expect(story.first).to_be_visible(timeout=90_000)  # two paced runs of ~18 s
         expect(page.get_by_text("no silent frame").first).to_be_visible()
         expect(page.get_by_text("calibrated on").first).to_be_visible()
         expect(page.get_by_role("button", name="Download the report (HTML)")).to_be_visible()
-        charts = page.locator('[data-testid="stVegaLiteChart"]')
         expect(charts.nth(5)).to_be_visible(timeout=20_000)  # 3 charts per run, side by side
         page.wait_for_timeout(2500)  # two refreshes: the charts have drawn
         # the form shows what the demo ran with, and it can show a cliff
