@@ -9,7 +9,7 @@ within 10 % (at most MAX_PROBES probes); the load found is probed again for CONF
 ticks, and one that fails there is over: the next 10 % under it is confirmed instead (at most
 MAX_CONFIRMS). On vLLM, 2 cores: one engine start (~20 s), ~7 probes of 3 s and a confirm of
 8 s at 80 ms frames, and on an AVX2-only CPU ~4 more probes and up to 3 confirms of 16 s at
-160 ms: 71-129 s there (docs/BENCHMARKS.md); on the twin, well under a second.
+160 ms: 71-129 s there (docs/benchmarks/log.md); on the twin, well under a second.
 
 Probe runs go to a private in-memory store, so they never appear among the operator's runs;
 only the calibration row is kept, per engine + model + machine (`store/calibrations.py`).

@@ -3,7 +3,7 @@
 vLLM's CPU backend downcasts an fp32 checkpoint to bf16. A CPU computes bf16 natively only
 with AMX (Sapphire Rapids and later) or AVX-512 BF16 (Cooper Lake, Zen 4); elsewhere (AVX2-only
 Zen 3, most laptops and CI runners) bf16 is emulated and a decode step costs ~1.5–2.5× fp32's
-(docs/BENCHMARKS.md, "bf16 vs fp32"). On CUDA the GPU's own type: bf16 where it has bf16 units,
+(docs/benchmarks/log.md, "bf16 vs fp32"). On CUDA the GPU's own type: bf16 where it has bf16 units,
 else fp16. An operator's `--vllm-arg dtype=…` always wins.
 """
 

@@ -4,7 +4,7 @@
 # chosen fp32 (engine/dtype.py reads METRONOME_CPU_FLAGS), PyTorch, oneDNN and MKL are capped at
 # AVX2 kernels, and vLLM loads its AVX2 build of its own kernels (scripts/as_avx2/sitecustomize.py
 # makes torch report no AVX-512/AMX). The clock, caches and memory stay this machine's: compare
-# the fitted step cost with the real one's (docs/BENCHMARKS.md, issue 25).
+# the fitted step cost with the real one's (docs/benchmarks/log.md, issue 25).
 #   bash scripts/as_avx2.sh .venv/bin/metronome calibrate --engine vllm --json
 #   bash scripts/as_avx2.sh bash scripts/test.sh
 set -euo pipefail
