@@ -1,5 +1,7 @@
 """Shared by the benchmark scripts: machine facts and one replaceable section per benchmark in
-docs/BENCHMARKS.md (a rerun replaces its own section and leaves the others alone)."""
+docs/benchmarks/log.md, the dated detail behind docs/BENCHMARKS.md's table of current figures
+(a rerun replaces its own section and leaves the others alone; the table's row is the
+rerunner's to update)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,8 @@ import platform
 import re
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
-HEADER = "# Benchmarks\n\nEvery number below was produced by the command in its section; rerun it to refresh.\n"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "log.md"
+HEADER = "# Benchmarks: the dated log\n\nEvery number below was produced by the command in its section.\n"
 
 
 def machine() -> str:
@@ -20,7 +22,7 @@ def machine() -> str:
 
 
 def write_section(title: str, body: str) -> Path:
-    """Replace (or append) the `## title` section of docs/BENCHMARKS.md."""
+    """Replace (or append) the `## title` section of docs/benchmarks/log.md."""
     DOC.parent.mkdir(parents=True, exist_ok=True)
     text = DOC.read_text() if DOC.exists() else HEADER
     section = f"## {title}\n\n{body.strip()}\n"
