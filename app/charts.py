@@ -156,9 +156,9 @@ def silent_chart(df: pd.DataFrame, x_domain=None, marks: Marks | None = None) ->
 def silent_share_chart(df: pd.DataFrame, x_domain=None) -> alt.Chart:
     """The share of frames that went silent per time bucket, on 0–1 for every run: servers
     with other loads or frame periods read on one axis (server_runs.silent_share_buckets)."""
-    data = _columns(df, ["t", "silent_share", "frames"])
-    return alt.Chart(data).mark_bar(color="darkorange").encode(
-        _time(x_domain),
+    data = _columns(df, ["t", "t_end", "silent_share", "frames"])
+    return alt.Chart(data).mark_rect(color="darkorange").encode(
+        _time(x_domain), alt.X2("t_end:Q"),
         alt.Y("silent_share:Q", title="silent share of frames", scale=alt.Scale(domain=[0, 1]),
               axis=alt.Axis(format="%")),
         tooltip=[alt.Tooltip("t:Q", title="t (s)"),

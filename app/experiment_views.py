@@ -74,7 +74,8 @@ def servers_side_by_side(cur, rows: list[dict]) -> None:
     pool) on the axes a listener's experience has in common: the per-frame latency, the
     silent share, and when silence happens, session by session."""
     data = {row["run_id"]: views.live_data(cur, row) for row in rows}
-    x = (0.0, max(float(row["duration_s"]) for row in rows))
+    x = (0.0, max(server_runs.time_span(row["duration_s"], d.frames, d.bucket_s)
+                  for row, d in zip(rows, data.values())))
     top = max(charts.latency_top([d.frames], float(row["budget_ms"]))
               for row, d in zip(rows, data.values()))
     for col, row in zip(st.columns(len(rows)), rows):

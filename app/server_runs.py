@@ -115,10 +115,18 @@ def silent_share_buckets(frames: pd.DataFrame, bucket_s: float) -> pd.DataFrame:
     """Per time bucket of live_data's frame buckets (`bucket_s` wide): the share of frames
     that went silent."""
     if frames.empty:
-        return pd.DataFrame(columns=["t", "silent_share", "frames"])
+        return pd.DataFrame(columns=["t", "t_end", "silent_share", "frames"])
     silent = frames.silent_per_s * bucket_s
-    return pd.DataFrame({"t": frames.t, "silent_share": (silent / frames.frames).where(
-        frames.frames > 0), "frames": frames.frames})
+    return pd.DataFrame({"t": frames.t, "t_end": frames.t + bucket_s,
+                         "silent_share": (silent / frames.frames).where(frames.frames > 0),
+                         "frames": frames.frames})
+
+
+def time_span(duration_s: float, frames: pd.DataFrame, bucket_s: float) -> float:
+    """Where a run's time axis ends: its duration, or the end of its last bucket when frames
+    went on past it (a client's last append leaves a little after its due time)."""
+    last = float(frames.t.max()) + bucket_s if not frames.empty else 0.0
+    return max(float(duration_s), last)
 
 
 def silence_map(wall: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:

@@ -69,7 +69,8 @@ if history.empty:
 # Who answered: Metronome's engine, or the server a client-recorded run measured (its URL and
 # the protocol spoken); the silent share read from either kind of summary.
 records = history.to_dict("records")
-history["server"] = [server_runs.server_text(r) for r in records]
+history.insert(int(history.columns.get_loc("engine")) + 1, "server",
+               [server_runs.server_text(r) for r in records])
 shares = [server_runs.figures(r)["silent_share"] for r in records]
 summaries = [json.loads(s) if s else {} for s in history.pop("summary")]
 for key in ("frames", "silent_rate", "p95_ms", "stalled", "stall_at_s"):
