@@ -153,6 +153,35 @@ def silent_chart(df: pd.DataFrame, x_domain=None, marks: Marks | None = None) ->
         title="Silent frames per second")
 
 
+def silent_share_chart(df: pd.DataFrame, x_domain=None) -> alt.Chart:
+    """The share of frames that went silent per time bucket, on 0–1 for every run: servers
+    with other loads or frame periods read on one axis (server_runs.silent_share_buckets)."""
+    data = _columns(df, ["t", "t_end", "silent_share", "frames"])
+    return alt.Chart(data).mark_rect(color="darkorange").encode(
+        _time(x_domain), alt.X2("t_end:Q"),
+        alt.Y("silent_share:Q", title="silent share of frames", scale=alt.Scale(domain=[0, 1]),
+              axis=alt.Axis(format="%")),
+        tooltip=[alt.Tooltip("t:Q", title="t (s)"),
+                 alt.Tooltip("silent_share:Q", format=".1%"), "frames:Q"],
+    ).properties(title="Silent share of frames")
+
+
+def silence_map_chart(df: pd.DataFrame, x_domain=None, note: str | None = None) -> alt.Chart:
+    """When silence happens: sessions × time buckets, each cell its silent share (dark: every
+    frame silent), on the same time axis and colour scale for every run. A chart, not the
+    wall's image, so two servers line up; server_runs.silence_map bounds its rows."""
+    data = _columns(df, ["session_id", "t", "t_end", "silent_share", "frames"])
+    title = "When silence happens (per session)" + (f": {note}" if note else "")
+    return alt.Chart(data).mark_rect().encode(
+        _time(x_domain), alt.X2("t_end:Q"),
+        alt.Y("session_id:O", title="session"),
+        alt.Color("silent_share:Q", title="silent share",
+                  scale=alt.Scale(domain=[0, 1], range=["#c7e9c0", SILENT_COLOUR])),
+        tooltip=["session_id:O", alt.Tooltip("t:Q", title="t (s)"),
+                 alt.Tooltip("silent_share:Q", format=".0%"), "frames:Q"],
+    ).properties(title=title)
+
+
 def sessions_chart(ticks: pd.DataFrame, x_domain=None, marks: Marks | None = None,
                    n_star: int | None = None) -> alt.Chart:
     """Live sessions against the admission cap on one axis, per time bucket, so it shows which

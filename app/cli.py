@@ -235,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     _gateway_parsers(sub, _run_arguments, _positive_float)
 
     build = sub.add_parser("build-model", help="build or convert a bundled model into the cache")
-    build.add_argument("name", choices=["tiny", "smollm2"])
+    build.add_argument("name", choices=["tiny", "smollm2", "asr-tiny"])
     build.add_argument("--seed", type=int, default=0)
     return parser
 

