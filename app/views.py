@@ -209,6 +209,9 @@ def summary_metrics(summary_json: str | None) -> None:
     if not summary_json:
         return
     summary = json.loads(summary_json)
+    if "silent_rate" not in summary:  # the load client's run: what it saw of another server
+        client_metrics(summary)
+        return
     cols = st.columns(6)
     cols[0].metric("frames", summary["frames"])
     cols[1].metric("silent", _pct(summary["silent_rate"]))
@@ -223,6 +226,20 @@ def summary_metrics(summary_json: str | None) -> None:
     if summary["silent_frames"] and None not in causes.values():
         st.caption("Silent frames by cause: " + ", ".join(
             f"{cause} {n}" for cause, n in causes.items() if n) + f" (of {summary['frames']})")
+
+
+def client_metrics(summary: dict) -> None:
+    """A run the load client recorded: no pool, no tick; frames as the client saw them."""
+    frames = summary.get("frames") or 0
+    cols = st.columns(5)
+    cols[0].metric("frames", frames)
+    cols[1].metric("silent", _pct(summary.get("silent_frames", 0) / frames if frames else None))
+    cols[2].metric("on time", _pct(summary.get("on_time_rate")))
+    cols[3].metric("last delta p50", _ms(summary.get("last_delta_p50_ms")))
+    cols[4].metric("last delta p95", _ms(summary.get("last_delta_p95_ms")))
+    st.caption(f"recorded by the load client against {summary.get('url')} (protocol "
+               f"{summary.get('protocol')}, frames mapped by {summary.get('frame_mapping')}): "
+               "the server's pool and ticks are not seen from here")
 
 
 SILENCE_HELP = ("stall: the pool was full and no session got a token (every conversation "

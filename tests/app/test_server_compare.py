@@ -124,3 +124,14 @@ def test_experiments_page_draws_the_two_servers(db, tmp_path):
     at.toggle(key="exp_servers_show").set_value(True).run()
     assert not at.exception, at.exception
     _check_side_by_side(at, segmenting, framed)
+
+
+def test_the_live_page_opens_a_run_the_load_client_recorded(db, tmp_path):
+    with FakeServer(functools.partial(fake.vllm_like, segment_s=1.0)) as vllm:
+        seen = _record(db, vllm.url, protocol="vllm", model="m")
+    at = page()  # the Live page lands on the newest run: this one
+    assert not at.exception, at.exception
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["frames"] == str(seen["frames"])
+    assert shown["silent"] == f"{seen['silent_frames'] / seen['frames']:.1%}"
+    assert any("recorded by the load client" in c.value for c in at.caption)
