@@ -23,7 +23,8 @@ import time
 
 from engine import dtype as dtypes
 from engine import vllm_args
-from engine.audio_input import AUDIO_ENCODER, audio_input, entry_point_refusal, is_audio_model
+from engine.audio_input import (AUDIO_ENCODER, audio_input, entry_point_refusal, is_audio_model,
+                                undriven_refusal)
 from engine.audio_plugin import MEL_FRAMES_ENV, AudioWindowUnsupported, version_refusal
 from engine.config import EngineConfig, dp_ranks
 from engine.contract import (CLOSED, Engine, FrameHandle, KVPolicy, PoolStats, StepStats,
@@ -51,6 +52,9 @@ class VLLMEngine(Engine):
         self.tokenizer_dir = str(self.model_path)
         info = model_info(self.model_path)
         self._vocab_size = int(info["vocab_size"])
+        refusal = undriven_refusal(self.model_path)
+        if refusal:
+            raise ValueError(refusal)
         # An audio-in model: each frame is its audio through the model's processor and encoder.
         self._audio = audio_input(self.model_path, config.frame_ms) \
             if is_audio_model(self.model_path) else None

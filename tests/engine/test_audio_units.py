@@ -5,7 +5,8 @@ audio and what each load says it feeds."""
 import numpy as np
 import pytest
 
-from engine.audio_input import audio_input, entry_point_refusal, is_audio_model
+from engine.audio_input import (audio_input, entry_point_refusal, is_audio_model,
+                                undriven_refusal)
 from engine.audio_model import build_audio_tiny
 from engine.audio_plugin import MEL_FRAMES_ENV, configured, version_refusal
 from engine.contract import check_frame
@@ -41,8 +42,12 @@ def test_frame_periods_the_encoder_cannot_halve_are_refused(model):
         audio_input(model, 90.0)
 
 
-def test_only_audio_architectures_take_the_audio_path(model):
+def test_only_audio_architectures_take_the_audio_path(model, tmp_path):
     assert is_audio_model(model) and not is_audio_model(build_tiny(0))
+    assert undriven_refusal(model) is None
+    (tmp_path / "config.json").write_text('{"architectures": ["Qwen2_5OmniModel"]}')
+    line = undriven_refusal(tmp_path)
+    assert "audio-in Qwen2_5OmniModel" in line and "\n" not in line
 
 
 def test_the_frame_check_takes_whole_audio_frames():
