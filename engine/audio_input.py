@@ -94,8 +94,11 @@ class AudioInput:
         rate) each under its unique name. A rollover prompt carries several frames."""
         for audio in audios:
             if audio.shape != (self.frame_samples,):
-                raise ValueError(f"frame audio of shape {audio.shape} is not "
-                                 f"({self.frame_samples},) samples at {self.sample_rate_hz} Hz")
+                raise ValueError(
+                    f"frame audio of shape {audio.shape} is not ({self.frame_samples},) samples "
+                    f"at {self.sample_rate_hz} Hz: this engine's encoder window is one "
+                    f"{self.frame_samples / self.sample_rate_hz * 1e3:g} ms frame; start an "
+                    "engine for the run's frame period")
         # vLLM's TokensPrompt (a TypedDict): a plain dict, so this module loads no vLLM.
         return {"prompt_token_ids": list(self.chunk_ids) * len(audios),
                 "multi_modal_data": {"audio": [(a, self.sample_rate_hz) for a in audios]},
