@@ -3,7 +3,7 @@
 N_c is the number of synchronised sessions at which frame p95 reaches the target (0.8 of the
 budget) with KV bounded to a window, so memory never limits it: only compute does. Found by
 short windowed runs of a fixed load (probes) on one engine: the first probe (2 sessions) gives
-steps to fit the twin's cost model on (engine.twin_fit.fit_cost_model), the fit's analytic N_c is
+steps to fit the twin's cost model on (engine.twin_cost.fit_cost_model), the fit's analytic N_c is
 where the search starts, then it brackets and bisects on measured p95 until the bracket is
 within 10 % (at most MAX_PROBES probes); the load found is probed again for CONFIRM_TICKS
 ticks, and one that fails there is over: the next 10 % under it is confirmed instead (at most
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from control.window import MAX_SILENT_SHARE  # a probe with more silent frames is over the limit
 from engine.twin import CostModel
-from engine.twin_fit import analytic_n_star, fit_cost_model
+from engine.twin_cost import analytic_n_star, fit_cost_model
 from runtime import RunConfig, execute, latest_cost_model, make_engine
 from app.machine import machine_key
 from store import Store, calibrations, queries

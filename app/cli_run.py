@@ -155,7 +155,7 @@ def _cmd_forecast(args) -> int:
 def _cmd_fit(args) -> int:
     import datetime as dt
 
-    from engine.twin_fit import fit_cost_model
+    from engine.twin_cost import fit_cost_model
     from store import open_existing
     from store.queries import run_row, steps
 

@@ -53,7 +53,7 @@ def vllm_runs(seeds: list[int]) -> tuple[list[dict], list[dict]]:
 
 
 def main() -> int:
-    from engine.twin_fit import fit_cost_model
+    from engine.twin_cost import fit_cost_model
     from runtime import RunConfig
     from runtime.forecast import forecast, wilson_interval
 

@@ -13,7 +13,7 @@ MAX_DATA_PARALLEL = 1024  # ranks; the twin simulates each, so this bounds a run
 
 @dataclass(frozen=True)
 class EngineConfig:
-    model: str = "tiny"  # tiny, smollm2 or a local folder
+    model: str = "tiny"  # a named model (engine/models.py NAMED_MODELS) or a local folder
     block_size: int = 32
     pool_blocks: int = 256
     policy: KVPolicy = field(default_factory=KVPolicy)
@@ -23,8 +23,12 @@ class EngineConfig:
     # Data-parallel ranks, each with its own pool of `pool_blocks` (vLLM's data_parallel_size;
     # `--vllm-arg data_parallel_size=N` says the same thing for the vLLM backend).
     data_parallel_size: int = 1
+    # The run's frame period: an audio-in model's encoder window is sized to one frame of it.
+    frame_ms: float = 80.0
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.frame_ms, (int, float)) and 0 < self.frame_ms <= 10_000):
+            raise ValueError(f"frame period {self.frame_ms} ms must be in (0, 10000]")
         if self.block_size < BLOCK_SIZE_MULTIPLE or self.block_size % BLOCK_SIZE_MULTIPLE:
             raise ValueError(
                 f"block size {self.block_size} must be a positive multiple of "

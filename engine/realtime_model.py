@@ -8,7 +8,7 @@ segment with up to 64 tokens. Built here from a seed, never downloaded:
 
 - config.json in vLLM's own `qwen3_asr` format (`thinker_config` with `audio_config`,
   `text_config` and the audio token ids), which vLLM reads with its own config class;
-- a byte-level BPE tokenizer trained on the seed's synthetic corpus (engine/corpus.py) with the
+- a byte-level BPE tokenizer trained on the seed's synthetic corpus (engine/model_cache.py) with the
   ChatML and audio special tokens the prompt and the processor name;
 - the processor (Qwen3ASRProcessor with its feature extractor) saved from transformers' classes;
 - weights initialised by transformers' Qwen3ASRForConditionalGeneration under `seed`, saved
@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from engine.corpus import synthetic_corpus
+from engine.model_cache import synthetic_corpus
 
 logger = logging.getLogger(__name__)
 

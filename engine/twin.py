@@ -23,29 +23,9 @@ from engine.balance import EngineLoad, vllm_pick
 from engine.config import EngineConfig, dp_ranks
 from engine.contract import (CLOSED, Engine, FrameHandle, KVPolicy, PoolStats, StepStats,
                              applied, check_frame)
-
-
-@dataclass(frozen=True)
-class CostModel:
-    a_ms: float = 4.0  # fixed cost of one step
-    b_ms_per_token: float = 0.05  # per token computed in the step (prefill + decode)
-    c_ms_per_resident_token: float = 0.0005  # per KV token the step's requests attend over
-    source: str = "default"  # "default" or the run_id it was fitted from
-    # Per new request in the step beyond its tokens (creating and scheduling it). Not fitted:
-    # the step stats do not say which step carried a first chunk. 0 until measured on vLLM.
-    open_ms: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("a_ms", "b_ms_per_token", "c_ms_per_resident_token", "open_ms"):
-            value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"cost coefficient {name} = {value} must be finite and ≥ 0")
-        if self.a_ms == 0 and self.b_ms_per_token == 0:
-            raise ValueError("cost model needs a_ms > 0 or b_ms_per_token > 0 (steps take time)")
-
-    def step_ms(self, tokens_in_step: int, resident_tokens: int, opens: int = 0) -> float:
-        return (self.a_ms + self.b_ms_per_token * tokens_in_step
-                + self.c_ms_per_resident_token * resident_tokens + self.open_ms * opens)
+# The cost model lives in its own module; its names stay importable from here.
+from engine.twin_cost import (CostModel, analytic_n_star, fit_cost_model,  # noqa: F401
+                              synchronized_frame_ms)
 
 
 @dataclass
@@ -191,7 +171,8 @@ class TwinEngine(Engine):
         self._balance_start = (self._balance_start + 1) % len(self._ranks)
         return rank
 
-    def submit(self, session_id: int, token_ids: list[int], max_new: int) -> FrameHandle:
+    def submit(self, session_id: int, token_ids: list[int], max_new: int,
+               audio: list | None = None) -> FrameHandle:  # noqa: ARG002 - costs are per token
         session = self._sessions.get(session_id)
         if session is None:
             raise ValueError(f"session {session_id} is not open")

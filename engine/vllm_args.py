@@ -30,11 +30,12 @@ def derive_max_model_len(cfg: EngineConfig, info: dict) -> int:
 
 
 def engine_args(cfg: EngineConfig, model_path: str, max_model_len: int, on_cpu: bool,
-                dtype: str = "auto") -> dict:
+                dtype: str = "auto", model_args: dict | None = None) -> dict:
     """vLLM's engine arguments for a config: an exact pool, no prefix caching, the dtype this
     machine computes fastest (engine/dtype.py), a step size that keeps a windowed session inside
-    a small pool, the CUDA backend sinks compact, the operator's --vllm-arg last. A sinks run
-    with an unsupported backend is a ValueError."""
+    a small pool, the CUDA backend sinks compact, the model's own (`model_args`: an audio-in
+    model's encoder window), the operator's --vllm-arg last. A sinks run with an unsupported
+    backend is a ValueError."""
     args: dict = {
         "model": model_path,
         "dtype": dtype,
@@ -69,6 +70,7 @@ def engine_args(cfg: EngineConfig, model_path: str, max_model_len: int, on_cpu: 
     ranks = dp_ranks(cfg)  # from the config alone: engine_args needs no started engine
     if ranks > 1:
         args["data_parallel_size"] = ranks  # num_gpu_blocks_override is per engine
+    args.update(model_args or {})
     for key, value in cfg.vllm_args:
         args[key] = value
     if cfg.policy.kind == "window" and not on_cpu:

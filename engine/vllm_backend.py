@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 import threading
@@ -22,6 +23,9 @@ import time
 
 from engine import dtype as dtypes
 from engine import vllm_args
+from engine.audio_input import (AUDIO_ENCODER, audio_input, entry_point_refusal, is_audio_model,
+                                undriven_refusal)
+from engine.audio_plugin import MEL_FRAMES_ENV, AudioWindowUnsupported, version_refusal
 from engine.config import EngineConfig, dp_ranks
 from engine.contract import (CLOSED, Engine, FrameHandle, KVPolicy, PoolStats, StepStats,
                              applied, check_frame)
@@ -48,6 +52,16 @@ class VLLMEngine(Engine):
         self.tokenizer_dir = str(self.model_path)
         info = model_info(self.model_path)
         self._vocab_size = int(info["vocab_size"])
+        refusal = undriven_refusal(self.model_path)
+        if refusal:
+            raise ValueError(refusal)
+        # An audio-in model: each frame is its audio through the model's processor and encoder.
+        self._audio = audio_input(self.model_path, config.frame_ms) \
+            if is_audio_model(self.model_path) else None
+        if self._audio is not None:
+            self.input_path, self.frame_token_ids = AUDIO_ENCODER, self._audio.frame_ids
+        self._item_names = itertools.count()  # a unique name per frame's audio item
+        self._audio_submitted = 0  # audio items handed over (frames, with rollover prompts')
         self.max_model_len = vllm_args.derive_max_model_len(config, info)
         self._ranks = dp_ranks(config)  # each data-parallel engine has pool_blocks
         choice = dtypes.for_vllm_args(config.vllm_args)
@@ -72,7 +86,8 @@ class VLLMEngine(Engine):
     def engine_args(self) -> dict:
         """vLLM's engine arguments for this config (engine/vllm_args.py)."""
         return vllm_args.engine_args(self.config, str(self.model_path), self.max_model_len,
-                                     on_cpu=not cuda_available(), dtype=self.dtype)
+                                     on_cpu=not cuda_available(), dtype=self.dtype,
+                                     model_args=self._audio.engine_args() if self._audio else None)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -97,6 +112,12 @@ class VLLMEngine(Engine):
         policy = self.config.policy
         apply_env(sink_env(policy.window_tokens if policy.kind == "window" else None,
                            policy.sink_tokens))
+        apply_env({MEL_FRAMES_ENV: str(self._audio.mel_frames) if self._audio else None})
+        if self._audio is not None:
+            # Refused here, in one line, rather than as a shape error from the engine process.
+            refusal = version_refusal() or entry_point_refusal()
+            if refusal:
+                raise AudioWindowUnsupported(refusal)
         surface = contextlib.nullcontext()
         if policy.kind == "window":
             from engine.sinks.plugin import register
@@ -198,17 +219,41 @@ class VLLMEngine(Engine):
         self._sessions[session_id] = session
         session.task = asyncio.create_task(consume(session, self._llm, self._probe, self._fatal))
 
-    def submit(self, session_id: int, token_ids: list[int], max_new: int) -> FrameHandle:
+    def submit(self, session_id: int, token_ids: list[int], max_new: int,
+               audio: list | None = None) -> FrameHandle:
         session = self._sessions.get(session_id)
         if session is None:
             raise ValueError(f"session {session_id} is not open")
-        check_frame(token_ids, max_new, self._vocab_size)
+        check_frame(token_ids, max_new, self._vocab_size, audio, self.frame_token_ids)
+        if self._audio is not None:  # the chunk names each frame's item: never shared
+            prompt = self._audio.chunk(audio, [f"s{session_id}-a{next(self._item_names)}"
+                                               for _ in audio])
+            self._audio_submitted += len(audio)
+        else:
+            prompt = {"prompt_token_ids": list(token_ids)}  # vLLM's TokensPrompt (a TypedDict)
         handle = FrameHandle(session_id, time.perf_counter(), max_new)
         if self._error is not None:
             handle.finish(time.perf_counter(), self._error)
             return handle
-        self._loop.call_soon_threadsafe(session.inputs.put_nowait, (list(token_ids), handle))
+        self._loop.call_soon_threadsafe(session.inputs.put_nowait,
+                                        (prompt, len(token_ids), handle))
         return handle
+
+    def input_stats(self) -> dict[str, float]:
+        counts = self.encoder_counts()
+        return {} if counts is None else {
+            "frames_submitted": self._audio_submitted,
+            "encoder_passes": counts["passes"], "encoder_frames": counts["frames"],
+            "audio_tokens": counts["audio_tokens"], "encoder_ms": counts["encoder_ms"]}
+
+    def encoder_counts(self) -> dict | None:
+        """The audio encoder's counts in the engine's worker (engine/audio_plugin.py), with the
+        digests of the last frames' input features; None for a text model."""
+        if self._audio is None or self._llm is None:
+            return None
+        return asyncio.run_coroutine_threadsafe(
+            self._llm.engine_core.call_utility_async("metronome_audio_stats"),
+            self._loop).result(timeout=30)
 
     def close(self, session_id: int) -> None:
         session = self._sessions.pop(session_id, None)

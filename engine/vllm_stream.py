@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class StreamSession:
     session_id: int
-    inputs: asyncio.Queue  # (token_ids, FrameHandle) per frame; None ends the stream
+    inputs: asyncio.Queue  # (prompt, tokens, FrameHandle) per frame; None ends the stream
     rank: int | None = None  # data-parallel rank it is pinned to (None: vLLM's balancer)
     pending: deque = field(default_factory=deque)  # FrameHandles whose chunk vLLM has
     task: asyncio.Task | None = None
@@ -41,7 +41,6 @@ async def consume(session: StreamSession, llm, probe, on_fatal: Callable[[str], 
     each FrameHandle as its chunk completes. A failure fails the frames still pending; when the
     engine core itself died, `on_fatal(message)` is told first (every later frame fails)."""
     from vllm.engine.protocol import StreamingInput
-    from vllm.inputs import TokensPrompt
 
     first: list = []
 
@@ -50,11 +49,12 @@ async def consume(session: StreamSession, llm, probe, on_fatal: Callable[[str], 
             item = first.pop() if first else await session.inputs.get()
             if item is None:
                 return
-            token_ids, handle = item
+            # The prompt: token ids, or an audio-in model's chunk with its audio
+            # (engine/audio_input.py); `tokens` is what the model's KV takes from it.
+            prompt, tokens, handle = item
             session.pending.append(handle)
-            probe.note_handover(len(token_ids))
-            yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=token_ids),
-                                 sampling_params=sampling_params(handle.max_new))
+            probe.note_handover(tokens)
+            yield StreamingInput(prompt=prompt, sampling_params=sampling_params(handle.max_new))
 
     first.append(await session.inputs.get())
     if first[0] is None:
@@ -64,7 +64,7 @@ async def consume(session: StreamSession, llm, probe, on_fatal: Callable[[str], 
         # A pinned session names its engine (vLLM routes every chunk of a streaming request
         # to the engine that took the first); unpinned, vLLM's balancer chooses.
         pin = {} if session.rank is None else {"data_parallel_rank": session.rank}
-        async for out in llm.generate(chunks(), sampling_params(first[0][1].max_new),
+        async for out in llm.generate(chunks(), sampling_params(first[0][2].max_new),
                                       request_id, **pin):
             now = time.perf_counter()
             completion = out.outputs[0] if out.outputs else None

@@ -8,8 +8,9 @@ Every source (synthetic tokens, WAV replay, the live microphone) is a `FrameSour
 from load_gen.frames import Frame, FrameSource
 from load_gen.mic import MicrophoneUnavailable
 from load_gen.synthetic import (AUDIO_LOADS, LOADS, LoadConfig, SyntheticFrames, arrival_times,
-                                make_frame_source)
+                                input_feed, make_frame_source)
 from load_gen.tokenizer import FrameTokenizer
 
 __all__ = ["AUDIO_LOADS", "LOADS", "Frame", "FrameSource", "FrameTokenizer", "LoadConfig",
-           "MicrophoneUnavailable", "SyntheticFrames", "arrival_times", "make_frame_source"]
+           "MicrophoneUnavailable", "SyntheticFrames", "arrival_times", "input_feed",
+           "make_frame_source"]

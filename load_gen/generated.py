@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+
 from load_gen.frames import Frame
+
+NOISE_DBFS = -30.0  # a synthetic load's audio for an audio-in model: white noise at this RMS
 
 
 def planned_arrivals(kind: str, sessions: int, arrival_rate: float | None, duration_s: float,
@@ -40,23 +44,34 @@ def planned_arrivals(kind: str, sessions: int, arrival_rate: float | None, durat
 
 
 class SyntheticFrames:
-    """Per-session token frames: seeded random ids, so runs are reproducible."""
+    """Per-session token frames: seeded random ids, so runs are reproducible. For an audio-in
+    model (`audio_samples` > 0) each frame also carries seeded white noise at NOISE_DBFS: a
+    synthetic load has no speech, and says so (`input_feed`)."""
 
     end_reason: str | None = None  # FrameSource: it ends when its frames do ("source ended")
 
-    def __init__(self, session_seed: int, vocab_size: int, tokens_in: int) -> None:
+    def __init__(self, session_seed: int, vocab_size: int, tokens_in: int,
+                 audio_samples: int = 0) -> None:
         if tokens_in < 1:
             raise ValueError(f"tokens in {tokens_in} must be ≥ 1")
         if vocab_size < 2:
             raise ValueError(f"vocab size {vocab_size} must be ≥ 2")
+        if audio_samples < 0:
+            raise ValueError(f"audio samples {audio_samples} per frame must be ≥ 0")
         self._rng = random.Random(session_seed)
+        self._noise = np.random.default_rng(session_seed) if audio_samples else None
+        self._samples = audio_samples
         self._vocab = vocab_size
         self._n = tokens_in
         self._index = 0
 
     def next_frame(self, frame_s: float = 0.0) -> Frame | None:
         """The next frame, or None when the source has ended (never, for synthetic load)."""
-        frame = Frame(self.draw(self._n), self._index * frame_s)
+        audio = None
+        if self._noise is not None:
+            scale = 10 ** (NOISE_DBFS / 20)  # RMS of the noise, full scale 1.0
+            audio = (self._noise.standard_normal(self._samples) * scale).astype(np.float32)
+        frame = Frame(self.draw(self._n), self._index * frame_s, audio=audio)
         self._index += 1
         return frame
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from load_gen import mic, wav
 from load_gen.frames import FrameSource
-from load_gen.generated import SyntheticFrames, planned_arrivals, session_seed
+from load_gen.generated import NOISE_DBFS, SyntheticFrames, planned_arrivals, session_seed
 from load_gen.tokenizer import frame_tokenizer
 
 LOADS = ("fixed", "ramp", "poisson", "wav", "mic", "replay", "gateway")
@@ -101,9 +101,26 @@ def arrival_times(cfg: LoadConfig, trace=None) -> list[float]:
                             cfg.frame_ms)
 
 
+def input_feed(kind: str, audio_in: bool) -> str:
+    """What a load of `kind` feeds a model, said plainly (a run's summary shows it): an
+    audio-in model (`audio_in`) hears audio; a text model reads ids, stand-ins for audio."""
+    if audio_in:
+        if kind in AUDIO_LOADS:
+            return f"{kind} audio through the model's audio encoder"
+        return (f"seeded white noise at {NOISE_DBFS:g} dBFS through the model's audio encoder "
+                f"(load {kind} has no speech)")
+    if kind in AUDIO_LOADS:
+        return (f"{kind} audio as stand-in token ids (each slice's log-mel hashed into the top "
+                "of the vocabulary; the model never learnt them)")
+    if kind == "replay":
+        return "recorded token counts as seeded random token ids"
+    return "seeded random token ids"
+
+
 def make_frame_source(load: LoadConfig, session_id: int, vocab_size: int,
-                      tokens_in: int, trace=None) -> FrameSource:
-    """The frame source of one session of this load (a replay's from its `trace`)."""
+                      tokens_in: int, trace=None, audio: bool = False) -> FrameSource:
+    """The frame source of one session of this load (a replay's from its `trace`); `audio`:
+    the model takes audio, so a synthetic load's frames carry noise audio as well."""
     if load.kind == "replay":
         from load_gen.replay import ReplayFrames
 
@@ -111,7 +128,9 @@ def make_frame_source(load: LoadConfig, session_id: int, vocab_size: int,
     if load.kind == "gateway":
         raise ValueError("a gateway session's frames come from its client (load_gen.remote)")
     if load.kind not in AUDIO_LOADS:
-        return SyntheticFrames(session_seed(load.seed, session_id), vocab_size, tokens_in)
+        samples = round(load.sample_rate_hz * load.frame_ms / 1e3) if audio else 0
+        return SyntheticFrames(session_seed(load.seed, session_id), vocab_size, tokens_in,
+                               samples)
     tokenizer = frame_tokenizer(load.sample_rate_hz, load.frame_ms, tokens_in, vocab_size)
     if load.kind == "wav":
         clips = wav.load_folder(load.wav_dir, load.sample_rate_hz)

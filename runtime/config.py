@@ -258,7 +258,8 @@ class RunConfig:
                             pool_blocks=self.pool_blocks, policy=self.kv_policy(),
                             max_model_len=self.max_model_len, seed=self.seed,
                             vllm_args=tuple(self.vllm_args),
-                            data_parallel_size=self.data_parallel_size)
+                            data_parallel_size=self.data_parallel_size,
+                            frame_ms=self.frame_ms)
 
     def load_config(self) -> LoadConfig:
         return LoadConfig(self.load, self.sessions, self.arrival_rate, self.session_s,

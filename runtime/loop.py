@@ -36,6 +36,7 @@ from runtime.record import Recorder
 from runtime.remote import ORIGIN
 from runtime.replay import checked_trace
 from runtime.sessions import Sessions
+from runtime.inputs import input_summary
 from runtime.summary import settle_store, summarise, write_run_end, write_run_start
 from runtime.telemetry import EngineFailed, Telemetry
 from store.archive_fs import checked_id
@@ -203,7 +204,8 @@ class Runner:
             ranks={**self.telemetry.summary(), "placement": cfg.placement},
             max_resident_blocks=self.sessions.max_resident_blocks(),
             settings=self.changes.values(), changes=self.changes.history,
-            store=store)
+            store=store, inputs=input_summary(self.engine, cfg.load, self.sessions.inputs_before,
+                                              self.engine.input_stats()))
         write_run_end(self.recorder, self.summary)
         try:
             writer.flush(FINAL_FLUSH_TIMEOUT_S)

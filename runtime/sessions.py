@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import deque
 from dataclasses import dataclass
 
 from control.admission import Ticket
@@ -17,6 +16,7 @@ from engine.contract import Engine, FrameHandle
 from load_gen import make_frame_source
 from runtime.backlog import count_new, may_submit, owed
 from runtime.config import RunConfig
+from runtime.history import RolloverHistory
 from runtime.opens import OpenBudget
 from runtime.pools import TickCounts
 from runtime.reasons import QUIET_CLOSES, Close
@@ -33,10 +33,7 @@ class Session:
     start: float  # run-relative seconds of its first frame
     end: float
     frames: object  # a load_gen frame source
-    history: deque  # last W input tokens (rollover prompt); bounded
-    sinks: list  # the session's first S input tokens (rollover prompt); bounded by S
-    sink_target: int  # S when it opened, lowered by live S shrinks (sinks only shrink)
-    inputs_seen: int = 0  # input tokens so far (to tell sinks and history apart early on)
+    history: RolloverHistory  # its first S and last W inputs (the rollover prompt); bounded
     kv_tokens: int = 0  # tokens the engine holds for it (grows by in + out − 1 per frame)
     frame_idx: int = 0
     inflight: FrameHandle | None = None
@@ -70,6 +67,13 @@ class Sessions:
         self._unticked_by_rank: dict = {}  # the same per rank
         self.opens = OpenBudget(config.open_budget, self._frame_s)
         self.inlet = None  # runtime.remote.Inlet: told of its sessions' starves, submits, closes
+        # An audio-in model takes each frame's audio through its encoder (engine contract).
+        self._audio_in = engine.frame_token_ids is not None
+        self.inputs_before = engine.input_stats()  # the encoder's counts as the run starts
+        if self._audio_in and config.load == "replay":
+            raise ValueError(f"load replay re-offers recorded token counts, not audio; model "
+                             f"{config.model} takes audio through its encoder: use a load "
+                             "with audio (wav, mic, gateway) or a synthetic one")
 
     # --- open ---------------------------------------------------------------------------------
     def open(self, session_id: int, ticket: Ticket, t_rel: float,
@@ -90,10 +94,11 @@ class Sessions:
         end = start + cfg.session_s if cfg.session_s else math.inf
         if source is None:
             source = make_frame_source(self._load, session_id, self.engine.vocab_size,
-                                       cfg.tokens_in, self._trace)
-        session = Session(session_id, ticket, start, end, source,
-                          deque(maxlen=self.history_tokens()), [],
-                          self.engine.policy.sink_tokens, origin=origin or cfg.load)
+                                       cfg.tokens_in, self._trace, audio=self._audio_in)
+        history = RolloverHistory(self.history_tokens(), self.engine.policy.sink_tokens,
+                                  self.engine.frame_token_ids)
+        session = Session(session_id, ticket, start, end, source, history,
+                          origin=origin or cfg.load)
         self.engine.open(session_id, rank)
         session.rank = self.engine.session_rank(session_id)
         self.live[session_id] = session
@@ -145,21 +150,24 @@ class Sessions:
             self._record(session, idx, t_rel, None, now)  # skipped: never submitted
             return next_at
         ahead = session.inflight if owed(session.inflight, now) else None  # queued behind it
-        tokens = frame.token_ids
+        # An audio-in model's frame is its audio, and its ids are what the model's processor
+        # makes of it (the load's stand-in ids are for text models).
+        tokens, audio = (list(self.engine.frame_token_ids), [frame.audio]) if self._audio_in \
+            else (frame.token_ids, None)
         prompt = tokens
         max_len = self.engine.max_model_len
         if max_len is not None and session.kv_tokens + len(tokens) + cfg.tokens_out >= max_len:
             if not self._rollover(session, t_rel):
                 return None
-            prompt = self.rollover_prompt(session) + tokens
-        session.history.extend(tokens)
-        if len(session.sinks) < session.sink_target:
-            session.sinks.extend(tokens[:session.sink_target - len(session.sinks)])
-        session.inputs_seen += len(tokens)
+            kept, kept_audio = session.history.prompt()
+            prompt = kept + tokens
+            audio = None if audio is None else kept_audio + audio
+        session.history.add(tokens, frame.audio)
         new = self.new_tokens(session)
         self.tokens_unticked += new
         self._unticked_by_rank[session.rank] = self._unticked_by_rank.get(session.rank, 0) + new
-        handle = self.engine.submit(session_id, prompt, cfg.tokens_out)
+        handle = self.engine.submit(session_id, prompt, cfg.tokens_out, audio=audio) \
+            if audio else self.engine.submit(session_id, prompt, cfg.tokens_out)
         session.kv_tokens += len(prompt) + cfg.tokens_out - 1
         session.max_blocks = max(session.max_blocks, self._resident_blocks(session.kv_tokens))
         session.ahead, session.ahead_seen = ahead, session.tokens_seen if ahead else 0
@@ -228,20 +236,9 @@ class Sessions:
         return policy.window_tokens if policy.kind == "window" else self.config.tokens_in
 
     def follow_policy(self) -> None:
-        """After a live W/S change: rollover prompts follow the new W; sinks only shrink (the
-        engine freed the rest, as vLLM's carried state does)."""
-        sinks = self.engine.policy.sink_tokens
+        """After a live W/S change: rollover prompts follow the new W; sinks only shrink."""
         for session in self.live.values():
-            session.history = deque(session.history, maxlen=self.history_tokens())
-            session.sink_target = min(session.sink_target, sinks)
-            del session.sinks[session.sink_target:]
-
-    @staticmethod
-    def rollover_prompt(session: Session) -> list[int]:
-        """What a rolled-over session starts from: its first S tokens (the sinks) and its last
-        W, as the KV it held (DESIGN: sinks + window). Early on the two overlap: no repeats."""
-        overlap = max(0, len(session.sinks) + len(session.history) - session.inputs_seen)
-        return session.sinks + list(session.history)[overlap:]
+            session.history.follow(self.history_tokens(), self.engine.policy.sink_tokens)
 
     def _resident_blocks(self, kv_tokens: int) -> int:
         bs = self.config.block_size
@@ -260,8 +257,9 @@ class Sessions:
         session.kv_tokens = 0
         session.inflight = session.ahead = None
         self.recorder.totals.rollovers += 1
-        self.recorder.event(t_rel, "rollover", session_id=session.session_id, sink_tokens=len(
-            session.sinks), prompt_tokens=len(self.rollover_prompt(session)))
+        kept, _ = session.history.prompt()
+        self.recorder.event(t_rel, "rollover", session_id=session.session_id,
+                            prompt_tokens=len(kept), sink_tokens=session.history.sink_tokens)
         return True
 
     # --- close --------------------------------------------------------------------------------

@@ -62,13 +62,14 @@ def summarise(recorder: Recorder, cursor, engine: Engine, *, status: str, reason
               end_rel: float, sessions_offered: int, gate, final_limit: int,
               stall_at: float | None, max_resident_blocks: int, settings: dict,
               changes: list[dict], store: dict, ranks: dict | None = None,
-              n_star=None, opens_deferred: int = 0) -> dict:
+              n_star=None, opens_deferred: int = 0, inputs: dict | None = None) -> dict:
     """The run's JSON (the fields every CLI run prints). `settings` are the live values at the
     end (policy, window, sinks, target, admission, stall_guard), `changes` the live changes in
     order, `store` what the writer lost during the run (rows_lost, store_errors), `ranks` the
     data-parallel fields (data_parallel_size, placement, ranks: per-rank max_occupancy,
     stalled, stall_at_s, frames, silent_frames; stalled_rank: the first to stall), `n_star`
-    the controller's control.nstar.NStar (None: no stable stretch at the target)."""
+    the controller's control.nstar.NStar (None: no stable stretch at the target), `inputs`
+    how frames entered the model (runtime/inputs.py)."""
     cfg = recorder.config
     tot = recorder.totals
     frames = tot.frames
@@ -144,6 +145,7 @@ def summarise(recorder: Recorder, cursor, engine: Engine, *, status: str, reason
         "changes": changes,
         "rows_lost": store["rows_lost"], "store_errors": store["store_errors"],
         **(ranks or {}),
+        **(inputs or {}),
         "duration_s": round(end_rel, 3),
     }
 

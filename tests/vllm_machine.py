@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 
 from app import calibration
-from engine.twin_fit import analytic_n_star
+from engine.twin_cost import analytic_n_star
 
 
 @dataclass(frozen=True)
@@ -76,8 +76,10 @@ class EnginePool:
     def key(config) -> tuple:
         ec = config.engine_config()
         # The seed only seeds sampling, and every frame is greedy: engines differ by the rest.
+        # An audio-in model's encoder window is one frame: fixed at its start.
         return (ec.model, ec.policy.kind, ec.block_size, ec.pool_blocks, ec.max_model_len,
-                ec.vllm_args, ec.data_parallel_size)
+                ec.vllm_args, ec.data_parallel_size,
+                ec.frame_ms if ec.model.startswith("audio") else None)
 
     def get(self, config):
         from runtime import make_engine

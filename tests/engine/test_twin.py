@@ -6,7 +6,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.contract import KVPolicy
 from engine.twin import CostModel, TwinEngine
-from engine.twin_fit import fit_cost_model
+from engine.twin_cost import fit_cost_model
 
 
 def _engine(policy=KVPolicy(), pool=64):

@@ -4,7 +4,7 @@ the run's engine steps fit the twin's cost model."""
 import pytest
 
 from engine.twin import TwinEngine
-from engine.twin_fit import fit_cost_model
+from engine.twin_cost import fit_cost_model
 from runtime import RunConfig, Runner
 from store.queries import occupancy, steps
 

@@ -6,7 +6,7 @@ import statistics
 import pytest
 
 from engine.twin import CostModel, TwinEngine
-from engine.twin_fit import analytic_n_star, synchronized_frame_ms
+from engine.twin_cost import analytic_n_star, synchronized_frame_ms
 from runtime import RunConfig, Runner
 from store.queries import events, occupancy
 

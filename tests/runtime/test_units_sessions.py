@@ -181,7 +181,8 @@ def test_after_a_live_w_change_the_rollover_history_follows_and_sinks_only_shrin
     cfg = config(policy="window", window=64, sinks=32)
     sessions, engine, _, g = _sessions(cfg)
     _open(sessions, g, 1)
-    assert sessions.live[1].history.maxlen == 64 and sessions.live[1].sink_target == 32
+    history = sessions.live[1].history
+    assert history.window.maxlen == 64 and history.sink_target == 32
     engine._policy = KVPolicy("window", 128, 0)
     sessions.follow_policy()
-    assert sessions.live[1].history.maxlen == 128 and sessions.live[1].sink_target == 0
+    assert history.window.maxlen == 128 and history.sink_target == 0

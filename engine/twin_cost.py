@@ -1,9 +1,34 @@
-"""The twin's cost model from measurements: a fit on an engine's steps, and the analytic
-frame latency and N* it predicts (the calibration's first guess)."""
+"""The twin's step-cost model: step_ms = a + b·tokens_in_step + c·resident_tokens + open·opens,
+fitted from an engine's steps (least squares, coefficients ≥ 0), and the analytic frame latency
+and session count it implies (engine/twin.py simulates with it)."""
 
 from __future__ import annotations
 
-from engine.twin import CostModel
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CostModel:
+    a_ms: float = 4.0  # fixed cost of one step
+    b_ms_per_token: float = 0.05  # per token computed in the step (prefill + decode)
+    c_ms_per_resident_token: float = 0.0005  # per KV token the step's requests attend over
+    source: str = "default"  # "default" or the run_id it was fitted from
+    # Per new request in the step beyond its tokens (creating and scheduling it). Not fitted:
+    # the step stats do not say which step carried a first chunk. 0 until measured on vLLM.
+    open_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("a_ms", "b_ms_per_token", "c_ms_per_resident_token", "open_ms"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"cost coefficient {name} = {value} must be finite and ≥ 0")
+        if self.a_ms == 0 and self.b_ms_per_token == 0:
+            raise ValueError("cost model needs a_ms > 0 or b_ms_per_token > 0 (steps take time)")
+
+    def step_ms(self, tokens_in_step: int, resident_tokens: int, opens: int = 0) -> float:
+        return (self.a_ms + self.b_ms_per_token * tokens_in_step
+                + self.c_ms_per_resident_token * resident_tokens + self.open_ms * opens)
 
 
 def fit_cost_model(steps: list[dict], source: str = "fit") -> tuple[CostModel, dict]:

@@ -1,10 +1,17 @@
-"""The text the bundled models' tokenizers are trained on, generated from a seed: a tokenizer is
-the same on every machine and nothing is downloaded (engine/models.py, engine/realtime_model.py).
-"""
+"""Where built models live, and the seeded text their tokenizers are trained on (shared by the
+bundled text and audio models, so neither builder imports the other's module)."""
 
 from __future__ import annotations
 
+import os
 import random
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    """Where built models live: outside git, shared by all checkouts of this user."""
+    root = os.environ.get("METRONOME_MODEL_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "metronome" / "models"
 
 
 def synthetic_corpus(seed: int, n_words: int = 60_000) -> list[str]:

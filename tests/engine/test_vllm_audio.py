@@ -1,0 +1,123 @@
+"""Real vLLM (audio-tiny, CPU): each frame's audio goes through the model's processor and
+encoder, one frame per encoder window, into the session's KV; the window and sinks bound it as
+on the text model, and unbounded KV walks into the same cliff.
+
+One windowed engine (max_model_len 512, so a long-answer run rolls over) and one unbounded
+engine with a small pool, shared through tests/vllm_machine.EnginePool."""
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from runtime import RunConfig, Runner
+from runtime.config import ScheduledChange
+from tests.load_gen.speechfiles import speech  # noqa: F401 - a fixture, found by name
+
+pytestmark = pytest.mark.vllm
+
+WINDOWED = dict(engine="vllm", model="audio-tiny", policy="window", window=128, sinks=32,
+                pool_blocks=64, max_model_len=512, frame_ms=80.0)
+UNBOUNDED = dict(engine="vllm", model="audio-tiny", policy="unbounded", pool_blocks=24,
+                 frame_ms=80.0)
+
+
+@pytest.fixture(scope="module")
+def windowed(vllm_engines):
+    return vllm_engines.get(RunConfig(**WINDOWED))
+
+
+def _features_digest(engine, audio):
+    """The sha1 of the input features the model's own processor makes of `audio`: what the
+    encoder must see for this frame."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(str(engine.model_path))
+    feats = processor.feature_extractor(audio, sampling_rate=16_000, max_length=len(audio),
+                                        padding="max_length", return_tensors="np")
+    return hashlib.sha1(np.ascontiguousarray(feats["input_features"][0],
+                                             dtype=np.float32).tobytes()).hexdigest()
+
+
+def _frame(engine, session_id, audio):
+    handle = engine.submit(session_id, list(engine.frame_token_ids), 2, audio=[audio])
+    assert handle.wait(30) and not handle.failed, handle.error
+    return handle
+
+
+def test_a_frames_audio_reaches_the_encoder(windowed):
+    engine = windowed
+    assert engine.input_path == "audio encoder" and engine.frame_token_ids == (3, 4, 4, 5)
+    t = np.arange(1280) / 16_000
+    tone = (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    chirp = (0.3 * np.sin(2 * np.pi * (200 + 3000 * t) * t)).astype(np.float32)
+    before = engine.input_stats()
+    engine.open(9001)
+    engine.open(9002)
+    try:
+        _frame(engine, 9001, tone)
+        _frame(engine, 9001, chirp)
+        _frame(engine, 9002, tone)  # the same audio in another session: encoded again
+        counts = engine.encoder_counts()
+    finally:
+        engine.close(9001)
+        engine.close(9002)
+    # The same ids each time: only the audio differs, and the encoder saw exactly it.
+    seen = [d for d, mel in counts["digests"][-3:]]
+    assert seen == [_features_digest(engine, a) for a in (tone, chirp, tone)]
+    assert seen[0] != seen[1]
+    assert {mel for _, mel in counts["digests"][-3:]} == {8}  # one frame of mel, not 30 s
+    after = engine.input_stats()
+    assert after["encoder_frames"] - before["encoder_frames"] == 3
+    assert after["audio_tokens"] - before["audio_tokens"] == 6
+
+
+@pytest.fixture(scope="module")
+def wav_run(windowed, speech, tmp_path_factory):  # noqa: F811 - the fixture
+    from store import Store
+
+    st = Store(str(tmp_path_factory.mktemp("db") / "audio.duckdb"))
+    cfg = RunConfig(load="wav", wav_dir=str(speech["dir"]), sessions=3, duration_s=6.0,
+                    tokens_out=4, open_budget=8, **WINDOWED)
+    yield Runner(cfg, windowed, st).run(), st
+    st.close()
+
+
+def test_windowed_audio_sessions_keep_the_block_bound(wav_run):
+    s, _ = wav_run
+    assert s["status"] == "finished", s["reason"]
+    assert s["input_path"] == "audio encoder"
+    assert s["input"] == "wav audio through the model's audio encoder"
+    assert s["encoder_frames_per_frame"] == 1.0 and s["audio_tokens_per_frame"] == 2.0
+    assert s["tokens_in_per_frame"] == 4
+    assert s["stalled"] is False and s["silent_memory_frames"] == 0
+    # Each session's KV outgrew W + S (75 frames of 7 tokens; a rollover near 512) and stayed
+    # within its blocks.
+    assert s["max_resident_blocks"] <= (128 + 32) // 32 + 1
+    assert s["max_occupancy"] < 1.0
+    assert s["frames"] >= 3 * 70
+
+
+def test_a_live_w_change_and_a_rollover_on_audio(windowed, speech, store):  # noqa: F811
+    cfg = RunConfig(load="wav", wav_dir=str(speech["dir"]), sessions=2, duration_s=6.0,
+                    tokens_out=8, changes=(ScheduledChange.parse("2:window=64"),), **WINDOWED)
+    s = Runner(cfg, windowed, store).run()
+    assert s["status"] == "finished", s["reason"]
+    assert len(s["changes"]) == 1 and s["window"] == 64
+    # 4 + 7 tokens a frame reach max_model_len (512) in about 46 frames: each session rolls
+    # over, re-encoding its sink and window frames (audio items beyond one per frame).
+    assert s["rollovers"] >= 2, s
+    assert s["frames_submitted"] > s["frames"] - s["silent_frames"]
+    assert s["encoder_frames"] == s["frames_submitted"]
+    assert s["stalled"] is False and s["silent_memory_frames"] == 0
+
+
+def test_unbounded_audio_sessions_walk_into_the_cliff(vllm_engines, store):
+    engine = vllm_engines.get(RunConfig(**UNBOUNDED))
+    cfg = RunConfig(load="fixed", sessions=6, duration_s=5.0, tokens_out=4, **UNBOUNDED)
+    s = Runner(cfg, engine, store).run()
+    assert s["status"] == "finished", s["reason"]
+    assert "white noise" in s["input"] and s["input_path"] == "audio encoder"
+    assert s["max_occupancy"] >= 0.95
+    assert s["stalled"] is True and s["stall_at_s"] < 4
+    assert s["silent_rate"] > 0.3 and s["silent_memory_frames"] > 0
