@@ -126,6 +126,10 @@ def _human(summary: dict) -> str:
             return f"> {summary['budget_ms']:g} (censored: no answer)"
         return summary.get(key)
 
+    # What the model was fed (runtime/inputs.py): an audio-in model's encoder counts too.
+    keys += tuple(k for k in ("input_path", "input", "encoder_frames_per_frame",
+                              "audio_tokens_per_frame", "encoder_ms_per_frame")
+                  if summary.get(k) is not None)
     lines = [f"{k:>20}: {shown(k)}" for k in keys]
     lines += [f"{'change':>20}: {c['change']} at {c['t']:g} s" for c in summary["changes"]]
     return "\n".join(lines)
