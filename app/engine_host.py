@@ -306,6 +306,11 @@ class RunHost:
             self._finish(run_id, status, error)
 
     def _begin(self, config: RunConfig, engine, store, run_id: str) -> Runner | None:
+        codec = None
+        if serves_remote(config):  # the model's tokenizer, read before the lock is taken
+            from gateway.serve import text_codec
+
+            codec = text_codec(engine)
         with self._lock:
             if self._stop.is_set():
                 return None
@@ -315,17 +320,18 @@ class RunHost:
                 self._exporter.track_drift(lambda: latest_drift(store.cursor()))
                 self._exporter.run_started_for(run_id, config)
                 observers.append(self._exporter)
-            inlet = None
+            inlet, self._target = None, None  # no earlier run's clients join this one
             if serves_remote(config):
-                from gateway.serve import session_info, text_codec
-                from gateway.server import Target
                 from runtime.remote import Inlet
 
                 inlet = Inlet(config, engine.vocab_size)
             self._runner = Runner(config, engine, store, run_id=run_id, observers=observers,
                                   inlet=inlet)
-            self._target = None if inlet is None else Target(
-                inlet, session_info(self._runner, inlet), text_codec(engine))
+            if inlet is not None:
+                from gateway.serve import session_info
+                from gateway.server import Target
+
+                self._target = Target(inlet, session_info(self._runner, inlet), codec)
             self._status = "running"
             return self._runner
 

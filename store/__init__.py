@@ -129,7 +129,8 @@ def open_reader(path: str | None = None):
         reader = reader_for(db_path(path), exc.holder_pid) if exc.holder_pid else None
         if reader is None:
             raise
-        logger.info("%s: reading through process %s", exc, exc.holder_pid)
+        logger.info("database %s is held by process %s: reading through it", db_path(path),
+                    exc.holder_pid)
         return reader
 
 

@@ -94,7 +94,7 @@ def test_readers_read_through_the_console_while_it_holds_the_database(tmp_path):
                 time.sleep(0.3)
         listing = _cli("runs", "--db", str(db))
         assert listing.returncode == 0, listing.stderr
-        assert "finished" in listing.stdout and "reading through process" in listing.stderr
+        assert "finished" in listing.stdout and "reading through it" in listing.stderr
         writer = _cli("run", "--engine", "twin", "--duration", "1", "--db", str(db))
         lines = [line for line in writer.stderr.splitlines() if line.strip()]
         assert writer.returncode != 0 and len(lines) == 1 and "in use by process" in lines[0]
