@@ -230,6 +230,7 @@ def test_the_front_end_picks_flash_attention_on_cuda_and_refuses_another(monkeyp
         engine = object.__new__(vllm_backend.VLLMEngine)
         engine.config = EngineConfig(pool_blocks=64, policy=policy, vllm_args=tuple(extra))
         engine.model_path, engine.max_model_len = "m", 2048
+        engine._audio = None  # a text model: no audio path's arguments
         return engine.engine_args()
 
     window = KVPolicy(kind="window", window_tokens=128, sink_tokens=32)
