@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from app.console import run_host
+from app.engine_host import ACTIVE
 from store import open_store, queries
 from tests.app.conftest import (charts_by_title, finished_twin_run, page,
                                 running_paced_twin, wait_settled)
@@ -373,7 +374,18 @@ def test_an_empty_console_runs_the_calibrated_demo_in_one_click(db, monkeypatch)
     assert "Run the cliff vs slope demo (calibrated for this machine" in button.label
     button.click().run()
     assert not at.exception and not at.error
-    # The console's twin demo is paced (it is there to be watched): two runs of ~18 s.
+    # The console's twin demo is paced (it is there to be watched): two runs of ~18 s; while
+    # the first runs, the Experiments page draws it live.
+    host, deadline = run_host(), time.monotonic() + 60
+    while host.state().status != "running" or not host.state().progress:
+        assert time.monotonic() < deadline and host.state().status in ACTIVE, host.state()
+        time.sleep(0.1)
+    time.sleep(1.5)  # a few ticks written
+    mid = page("experiments")
+    assert not mid.exception, mid.exception
+    running = [m.value for m in mid.markdown if "running now" in m.value]
+    assert running and "unbounded" in running[0], [m.value for m in mid.markdown]
+    assert "Frame latency vs budget" in charts_by_title(mid)
     state = wait_settled(120.0)
     assert state.status == "finished" and state.series.kind == "cliff vs slope"
     open_store(db).writer.flush()
