@@ -24,8 +24,6 @@ checkpoint names vLLM loads (`language_model.model.*`, `language_model.lm_head.*
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -79,24 +77,16 @@ def checkpoint_names(names) -> dict[str, str]:
 
 def build_audio_tiny(seed: int = 0, out_dir: Path | None = None) -> Path:
     """Build (once) the tiny Qwen2-Audio model for `seed` and return its folder."""
-    from engine.model_cache import cache_root
+    from engine.model_cache import building, cache_root
 
     out = out_dir or cache_root() / f"audio-tiny-v{AUDIO_TINY_VERSION}-seed{seed}"
     if (out / "config.json").is_file() and (out / WEIGHTS).is_file():
         return out
     logger.info("building audio-tiny (seed %d) in %s", seed, out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="audio-tiny-", dir=out.parent))
-    try:
+    with building(out, "audio-tiny") as tmp:
         tokenizer = _tokenizer(seed)
         _processor(tokenizer).save_pretrained(tmp)
         _write_model(tokenizer, seed, tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)  # atomic: a crash mid-build never leaves a half model in the cache
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -3,8 +3,11 @@ bundled text and audio models, so neither builder imports the other's module).""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import shutil
+import tempfile
 from pathlib import Path
 
 
@@ -12,6 +15,23 @@ def cache_root() -> Path:
     """Where built models live: outside git, shared by all checkouts of this user."""
     root = os.environ.get("METRONOME_MODEL_CACHE")
     return Path(root) if root else Path.home() / ".cache" / "metronome" / "models"
+
+
+@contextlib.contextmanager
+def building(out: Path, prefix: str):
+    """A fresh folder beside `out` to build a model in; renamed to `out` when the block ends
+    without an error (atomic: a crash mid-build never leaves a half model in the cache),
+    removed when it raises."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=out.parent))
+    try:
+        yield tmp
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def synthetic_corpus(seed: int, n_words: int = 60_000) -> list[str]:

@@ -22,7 +22,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from engine.model_cache import cache_root, synthetic_corpus
+from engine.model_cache import building, cache_root, synthetic_corpus
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +66,7 @@ def build_tiny(seed: int = 0, out_dir: Path | None = None) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     logger.info("building tiny model (seed %d) in %s", seed, out)
-    tmp = Path(tempfile.mkdtemp(prefix="tiny-", dir=out.parent if out.parent.exists() else None))
-    try:
+    with building(out, "tiny") as tmp:
         tok = Tokenizer(models.BPE(unk_token=None))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -87,13 +86,6 @@ def build_tiny(seed: int = 0, out_dir: Path | None = None) -> Path:
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
         model.save_pretrained(tmp, safe_serialization=True)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)  # atomic: a crash mid-build never leaves a half model in the cache
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

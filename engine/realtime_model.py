@@ -8,7 +8,7 @@ segment with up to 64 tokens. Built here from a seed, never downloaded:
 
 - config.json in vLLM's own `qwen3_asr` format (`thinker_config` with `audio_config`,
   `text_config` and the audio token ids), which vLLM reads with its own config class;
-- a byte-level BPE tokenizer trained on the seed's synthetic corpus (engine/model_cache.py) with the
+- a byte-level BPE tokenizer trained on the seed's corpus (engine/model_cache.py) with the
   ChatML and audio special tokens the prompt and the processor name;
 - the processor (Qwen3ASRProcessor with its feature extractor) saved from transformers' classes;
 - weights initialised by transformers' Qwen3ASRForConditionalGeneration under `seed`, saved
@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from engine.model_cache import synthetic_corpus
+from engine.model_cache import building, synthetic_corpus
 
 logger = logging.getLogger(__name__)
 
@@ -94,9 +92,7 @@ def build_asr_tiny(seed: int, out: Path, shape: AsrTinyShape = AsrTinyShape()) -
     if is_built(out):
         return out
     logger.info("building asr-tiny (seed %d) in %s", seed, out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="asr-tiny-", dir=out.parent))
-    try:
+    with building(out, "asr-tiny") as tmp:
         tokenizer = _save_tokenizer_and_processor(seed, shape, tmp)
         ids = {tok: tokenizer.convert_tokens_to_ids(tok) for tok in SPECIAL_TOKENS}
         vocab = len(tokenizer)
@@ -105,12 +101,6 @@ def build_asr_tiny(seed: int, out: Path, shape: AsrTinyShape = AsrTinyShape()) -
         (tmp / "generation_config.json").write_text(_dump({
             "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
             "pad_token_id": ids["<|endoftext|>"], "do_sample": False}))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)  # atomic: a crash mid-build never leaves a half model in the cache
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
