@@ -22,7 +22,6 @@ import logging
 import os
 import secrets
 from dataclasses import dataclass
-from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
 logger = logging.getLogger(__name__)
@@ -78,9 +77,8 @@ class TokenMiddleware:
                    for k, v in scope.get("headers", [])}
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         bearer = headers.get("authorization", "")
-        cookie = SimpleCookie(headers.get("cookie", ""))
         given = [bearer[7:].strip() if bearer.lower().startswith("bearer ") else None,
-                 cookie[COOKIE].value if COOKIE in cookie else None, query.get("token")]
+                 _cookie(headers.get("cookie", ""), COOKIE), query.get("token")]
         if any(self.door.admits(g) for g in given if g):
             if scope["type"] == "http" and self.door.admits(query.get("token")):
                 await _set_cookie(scope, send, query, self.door.token)  # then a clean URL
@@ -91,6 +89,16 @@ class TokenMiddleware:
         logger.warning("refused %s %s from %s: %s", scope["type"], scope["path"], client[0],
                        "wrong token" if any(given) else "no token")
         await _refuse(scope, receive, send)
+
+
+def _cookie(header: str, name: str) -> str | None:
+    """One cookie's value from a Cookie header, parsed by hand: http.cookies stops at the first
+    value it finds illegal, and a browser sends every cookie of the origin (Streamlit's too)."""
+    for part in header.split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == name:
+            return value.strip().strip('"')
+    return None
 
 
 async def _set_cookie(scope, send, query: dict, token: str) -> None:
