@@ -23,11 +23,13 @@ SDK client the lifecycle it waits for: append audio, commit, response.create, th
 from __future__ import annotations
 
 import itertools
+from collections import deque
 
 from gateway import protocol
 from gateway.protocol import NAMES
 
 _response_ids = itertools.count(1)
+MAX_DONE_CHARS = 64 * 1024  # ~16k tokens of text: a turn's worth, bounded per connection
 
 
 class Responses:
@@ -42,7 +44,6 @@ class Responses:
         self._through: int | None = None  # end the open response once this frame is recorded
         self._cancelled_through = -1  # frames whose words a cancel dropped
         self._last_row = -1  # the last frame recorded
-        self.text = ""  # every word sent so far (the session's whole output)
 
     @property
     def names(self) -> dict:
@@ -56,8 +57,8 @@ class Responses:
         text = self.decoder.step(token_ids) if self.decoder and token_ids else ""
         resp = self._open
         resp["last_delta"] = max(resp["last_delta"], frame_idx)
-        resp["text"] += text
-        self.text += text
+        if text:
+            _keep(resp, text)
         events.append(protocol.event(
             self.names["text_delta"], response_id=resp["id"], item_id=resp["item_id"],
             output_index=0, content_index=0, delta=text,
@@ -113,7 +114,8 @@ class Responses:
             return []
         n = next(_response_ids)
         resp = self._open = {"id": f"resp_{self.session_id}_{n}",
-                             "item_id": f"msg_{self.session_id}_{n}", "text": "", "frames": 0,
+                             "item_id": f"msg_{self.session_id}_{n}", "pieces": deque(),
+                             "chars": 0, "frames": 0,
                              "silent": 0, "last_delta": -1}
         self._through = None
         item = self._item(resp, "in_progress", [])
@@ -128,10 +130,10 @@ class Responses:
     def _close(self, status: str) -> list[dict]:
         resp, self._open, self._through = self._open, None, None
         ids = {"response_id": resp["id"], "item_id": resp["item_id"], "output_index": 0}
-        part = self._part(resp["text"])
+        text = "".join(resp["pieces"])
+        part = self._part(text)
         item = self._item(resp, "completed" if status == "completed" else "incomplete", [part])
-        return [protocol.event(self.names["text_done"], **ids, content_index=0,
-                               text=resp["text"]),
+        return [protocol.event(self.names["text_done"], **ids, content_index=0, text=text),
                 protocol.event("response.content_part.done", **ids, content_index=0, part=part),
                 protocol.event("response.output_item.done", response_id=resp["id"],
                                output_index=0, item=item),
@@ -150,3 +152,12 @@ class Responses:
         return {"id": resp["id"], "object": "realtime.response", "status": status,
                 "output": output, key: ["text"],
                 "metronome": {"frames": resp["frames"], "silent_frames": resp["silent"]}}
+
+
+def _keep(resp: dict, text: str) -> None:
+    """The words `response.done` repeats: the last MAX_DONE_CHARS of them (a session that
+    never commits has one response for its whole life; the deltas carried every word)."""
+    resp["pieces"].append(text)
+    resp["chars"] += len(text)
+    while resp["chars"] - len(resp["pieces"][0]) >= MAX_DONE_CHARS:
+        resp["chars"] -= len(resp["pieces"].popleft())

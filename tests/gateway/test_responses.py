@@ -119,3 +119,17 @@ def test_held_deltas_keep_their_order_and_never_trail_their_row():
     first, second = asyncio.run(main())
     assert [d["token_ids"] for _, d in first] == [[1], [2]]
     assert [k for k, _ in second] == ["delta", "frame"]
+
+
+def test_a_response_that_never_ends_keeps_a_bounded_text_for_its_done():
+    from gateway.responses import MAX_DONE_CHARS
+
+    class Words:
+        def step(self, ids):
+            return "word " * 20  # 100 characters a delta
+
+    r = Responses("s5", Words())
+    for k in range(2 * MAX_DONE_CHARS // 100):  # twice the bound, no commit
+        r.delta(k, 1, [1])
+    text = r.closed()[-1]["response"]["output"][0]["content"][0]["text"]
+    assert MAX_DONE_CHARS <= len(text) < MAX_DONE_CHARS + 100  # the last words, bounded
