@@ -78,6 +78,26 @@ def _seed_cheap_twin(db: Path) -> None:
         store.close()
 
 
+def start_serve(tmp: Path, db: Path, port: int, sessions: int):
+    """`metronome serve` (the paced twin, W=128, 80 ms frames, a fixed cap at `sessions`) on
+    `port`, listening; returns the process and its stderr file (in `tmp`). Shared by the
+    gateway benchmarks (gateway_profile.py, reader_cost.py)."""
+    err = open(tmp / "serve.err", "w+")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--engine", "twin", "--port", str(port),
+         "--db", str(db), "--duration", "3600", "--policy", "window", "--window", "128",
+         "--pool-blocks", str(max(256, 16 * sessions)), "--admission", "fixed", "--sessions",
+         str(sessions), "--frame-ms", str(FRAME_MS), "--json"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True,
+        env={**os.environ, "METRONOME_LOG": "WARNING"})
+    deadline = time.monotonic() + 120
+    while "listening" not in (tmp / "serve.err").read_text():
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError((tmp / "serve.err").read_text()[-2000:])
+        time.sleep(0.1)
+    return server, err
+
+
 def one_run(sessions: int, duration_s: float, cheap: bool, tmp: Path) -> dict:
     """serve + load at `sessions`; both records joined frame by frame."""
     tmp.mkdir(parents=True)
@@ -85,18 +105,7 @@ def one_run(sessions: int, duration_s: float, cheap: bool, tmp: Path) -> dict:
     if cheap:
         _seed_cheap_twin(server_db)
     env = {**os.environ, "METRONOME_LOG": "WARNING"}
-    err = open(tmp / "serve.err", "w+")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--engine", "twin", "--port", str(port),
-         "--db", str(server_db), "--duration", "3600", "--policy", "window", "--window", "128",
-         "--pool-blocks", str(max(256, 16 * sessions)), "--admission", "fixed", "--sessions",
-         str(sessions), "--frame-ms", str(FRAME_MS), "--json"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
-    deadline = time.monotonic() + 120
-    while "listening" not in (tmp / "serve.err").read_text():
-        if server.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError((tmp / "serve.err").read_text()[-2000:])
-        time.sleep(0.1)
+    server, err = start_serve(tmp, server_db, port, sessions)
     cpu0 = _cpu_s()
     client = subprocess.run(
         [sys.executable, "-m", "app.cli", "load", "--url", f"ws://127.0.0.1:{port}/v1/realtime",

@@ -80,7 +80,7 @@ def summarise(raw: Path, top: int = 8) -> dict:
 
 
 def main() -> None:
-    from gateway_overhead import _free_port, _seed_cheap_twin
+    from gateway_overhead import _free_port, _seed_cheap_twin, start_serve
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=32)
@@ -93,17 +93,7 @@ def main() -> None:
         if args.cheap:
             _seed_cheap_twin(db)
         env = {**os.environ, "METRONOME_LOG": "WARNING"}
-        err = open(tmp / "serve.err", "w+")
-        server = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--engine", "twin", "--port", str(port),
-             "--db", str(db), "--duration", "3600", "--policy", "window", "--window", "128",
-             "--pool-blocks", str(max(256, 16 * args.sessions)), "--admission", "fixed",
-             "--sessions", str(args.sessions), "--json"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
-        while "listening" not in (tmp / "serve.err").read_text():
-            if server.poll() is not None:
-                raise RuntimeError((tmp / "serve.err").read_text()[-2000:])
-            time.sleep(0.1)
+        server, _err = start_serve(tmp, db, port, args.sessions)
         client = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "load", "--url",
              f"ws://127.0.0.1:{port}/v1/realtime", "--sessions", str(args.sessions),

@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/reader_cost.py [--runs 2] [--sessions 8] [--duration-s 15]
         [--reader-hz 5]
 
-Each run is `metronome serve` (the paced twin, window W=128, 80 ms frames, fixed admission)
+Each run is `metronome serve` (the paced twin, window W=128, 80 ms frames, fixed admission;
+gateway_overhead.start_serve)
 with `metronome load` driving its sessions, twice side by side: once with nobody reading, once
 with a reader in another process reading through the holder (store/shared_reads.py) what
 `metronome runs` and the Live page read — the runs list, the latest tick, the last frame
@@ -29,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def _reader(db: Path, hz: float, stop: threading.Event, out: dict) -> None:
@@ -59,21 +61,12 @@ def _reader(db: Path, hz: float, stop: threading.Event, out: dict) -> None:
 
 
 def one_run(reading: bool, args, tmp: Path) -> dict:
-    from tests.gateway.conftest import free_port
+    from gateway_overhead import _free_port, start_serve
 
     tmp.mkdir(parents=True)
-    db, port = tmp / "server.duckdb", free_port()
+    db, port = tmp / "server.duckdb", _free_port()
     env = {**os.environ, "METRONOME_LOG": "WARNING"}
-    err = open(tmp / "serve.err", "w+")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--engine", "twin", "--port", str(port),
-         "--db", str(db), "--duration", "3600", "--policy", "window", "--window", "128",
-         "--admission", "fixed", "--sessions", str(args.sessions), "--json"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
-    while "listening" not in (tmp / "serve.err").read_text():
-        if server.poll() is not None:
-            raise RuntimeError((tmp / "serve.err").read_text()[-2000:])
-        time.sleep(0.1)
+    server, _err = start_serve(tmp, db, port, args.sessions)
     stop, seen = threading.Event(), {}
     reader = threading.Thread(target=_reader, args=(db, args.reader_hz, stop, seen))
     if reading:
