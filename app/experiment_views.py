@@ -77,11 +77,13 @@ def side_by_side(cur, rows: list[dict], planned: int | None = None) -> None:
             col.markdown(f"_{story.row_sentence(cur, row)}_")
             col.caption(naive_and_truth(summary))
         else:
-            tick = d.tick or {}
+            tick = d.tick
+            where = "no tick yet" if tick is None else (
+                f"{float(tick['t']):.0f} s of {float(row['duration_s']):g} s, pool ρ "
+                + ("unknown" if tick.get("occupancy") is None
+                   else f"{float(tick['occupancy']):.2f}"))
             col.markdown(f"**{experiments.policy_label(row)}** · seed {row['seed']} · "
-                         f"**running now**: {float(tick.get('t') or 0):.0f} s of "
-                         f"{float(row['duration_s']):g} s, pool ρ "
-                         f"{float(tick.get('occupancy') or 0):.2f}")
+                         f"**running now**: {where}")
         col.altair_chart(charts.latency_chart(d.frames, float(row["budget_ms"]), x_domain=x,
                                               y_domain=(0, top), marks=d.marks),
                          width="stretch")

@@ -144,7 +144,7 @@ async def _session(cfg: LoadClientConfig, rec: ClientRecord, sid: int, arrival: 
                    audio: dict) -> None:
     await asyncio.sleep(max(0.0, arrival - rec.now()))
     try:
-        # No compression: zlib on every base64 append was a quarter of the client's loop.
+        # No compression: zlib on every base64 append was the top of the client's profile.
         ws = await websockets.connect(
             cfg.url, open_timeout=CONNECT_TIMEOUT_S, compression=None, ping_interval=None,
             max_size=8 * 1024 * 1024,

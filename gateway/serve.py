@@ -91,8 +91,7 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
             # it, the gateway answers an oversized message with an error event.
             ws_max_size=4 * limits.max_message_bytes,
             # No permessage-deflate: base64 PCM and short JSON deltas barely compress, and
-            # zlib on every message was a quarter of the event loop (py-spy at 32 sessions,
-            # docs/benchmarks/log.md, issue 34's section).
+            # zlib was the event loop's largest leaf in a py-spy profile (issue 34).
             ws_per_message_deflate=False,
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
         sockets = _sockets(server.config, limits)
