@@ -1,5 +1,5 @@
 """Entry point: `streamlit run streamlit_app.py`. One process serves the console's pages
-(app/console_script.py, which Streamlit runs for each browser session) and, on the same port,
+(console_app.py, which Streamlit runs for each browser session) and, on the same port,
 the gateway's /v1/realtime, the microphone page /mic, /healthz and /metrics
 (app/console_routes.py), all joining the console's one run host."""
 
@@ -15,5 +15,5 @@ _address, _port = st.get_option("server.address") or "0.0.0.0", st.get_option("s
 _door = Door.for_host(_address)
 announce(_door, _address, _port)
 publish_reads(_door, _address, _port)
-app = st.App(Path(__file__).parent / "app" / "console_script.py", routes=console_routes(),
+app = st.App(Path(__file__).parent / "console_app.py", routes=console_routes(),
              middleware=console_middleware(_door), lifespan=lifespan)

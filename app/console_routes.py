@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from app.engine_host import current_host
 from app.metrics.server import metrics_route
-from gateway.door import Door, TokenMiddleware
+from gateway.door import Door, TokenMiddleware, local_address
 from gateway.server import Gateway
 from gateway.store_api import PATH as STORE_API, store_route
 from store import db_path, open_store
@@ -54,8 +54,7 @@ def publish_reads(door: Door, address: str, port: int) -> None:
     holds the file (store/shared_reads.py); a stale file names a pid that is gone."""
     if db_path() == ":memory:":
         return
-    host = "127.0.0.1" if address in ("0.0.0.0", "::", "") else address
-    publish(db_path(), f"http://{host}:{port}{STORE_API}", door.token)
+    publish(db_path(), f"http://{local_address(address)}:{port}{STORE_API}", door.token)
 
 
 def console_middleware(door: Door) -> list:

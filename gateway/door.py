@@ -60,6 +60,12 @@ class Door:
         return base if self.token is None else f"{base}?{urlencode({'token': self.token})}"
 
 
+def local_address(host: str) -> str:
+    """How a process on this machine reaches a server bound to `host` (all interfaces: via
+    loopback)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
 class TokenMiddleware:
     """ASGI middleware: every HTTP request and WebSocket through `door` (Starlette's
     `Middleware(TokenMiddleware, door=...)`, the console's st.App and `metronome serve`)."""

@@ -21,7 +21,7 @@ import threading
 
 import uvicorn
 
-from gateway.door import Door
+from gateway.door import Door, local_address
 from gateway.protocol import GatewayLimits
 from gateway.server import Gateway, Target
 from gateway.store_api import PATH as STORE_API, store_route
@@ -96,7 +96,7 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
         sockets = _sockets(server.config, limits)
         if store.path != ":memory:":  # readers of the file while serve holds it
-            publish(store.path, f"http://{_local(host)}:{port}{STORE_API}", door.token)
+            publish(store.path, f"http://{local_address(host)}:{port}{STORE_API}", door.token)
         with _stop_on_signals(runner) as handler:
             asyncio.run(_serve(server, sockets, runner, f"ws://{host}:{port}/v1/realtime",
                                ready or (lambda url: _announce(url, door)), handler))
@@ -109,11 +109,6 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
         if engine is not None:
             engine.shutdown()
         store.close()
-
-
-def _local(host: str) -> str:
-    """How a reader on this machine reaches a server bound to `host`."""
-    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
 def _sockets(config: uvicorn.Config, limits: GatewayLimits) -> list[socket.socket] | None:

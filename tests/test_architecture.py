@@ -19,7 +19,7 @@ ROOMS_KEPT_SMALL = ("runtime", "control", "store", "gateway")
 # directly) and environments.
 NOT_PRODUCT = ("tests", "benchmarks", ".venv", "build", "shared")
 # The UI room: the pages, the script Streamlit runs, and the modules that serve only them.
-UI_MODULES = {"streamlit_app", "app.console_script", "app.console", "app.controls",
+UI_MODULES = {"streamlit_app", "console_app", "app.console", "app.controls",
               "app.run_form", "app.views", "app.experiment_views"}
 
 

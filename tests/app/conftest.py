@@ -16,8 +16,8 @@ from app.engine_host import ACTIVE
 from runtime import RunConfig
 from store import open_store
 
-APP = str(Path(__file__).resolve().parents[2] / "app" / "console_script.py")
-PAGES = "pages"  # relative to the console script (app/console_script.py)
+APP = str(Path(__file__).resolve().parents[2] / "console_app.py")
+PAGES = "app/pages"  # relative to the console script (console_app.py)
 RUN_TIMEOUT_S = 30.0
 
 

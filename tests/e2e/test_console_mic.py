@@ -39,6 +39,12 @@ def test_the_browser_mic_joins_the_consoles_run_and_shows_on_its_live_page(conso
             "--autoplay-policy=no-user-gesture-required"])
         load = browser.new_page(viewport={"width": 1400, "height": 1800})
         load.goto(f"{console}/load")
+        # Opened directly, the page is still the console's (its navigation, its sidebar), not
+        # a page Streamlit found in a `pages/` folder beside the script.
+        expect(load.get_by_text("database ")).to_be_visible(timeout=20_000)
+        nav = load.locator('[data-testid="stSidebarNav"]')
+        expect(nav).to_contain_text("Experiments")
+        expect(nav).not_to_contain_text("console")
         _select(load, "Engine", "twin (simulated)")
         load.get_by_text("Paced (twin in real time)").click()
         _select(load, "KV policy", "window")

@@ -1,9 +1,0 @@
-"""The console's Streamlit script, run for each browser session (streamlit_app.py serves it
-with st.App). The pages live in app/pages, their navigation in app.console."""
-
-import streamlit as st
-
-from app.console import main
-
-st.set_page_config(page_title="Metronome", layout="wide")
-main()
