@@ -10,7 +10,7 @@ from control.limits import Limit
 from control.signals import percentile
 
 # A control sample with more silent frames than this share is a drop: the same rule that says a
-# calibration probe is served (app/calibration.py), so the cap is judged as N_c is.
+# calibration probe is served (services/calibration.py), so the cap is judged as N_c is.
 MAX_SILENT_SHARE = 0.01
 # A window holds at least this many ticks at any frame period: what 3 s holds at 80 ms, the
 # period the defaults were tuned at (at 160 ms 3 s is 19 ticks, whose p95 is within one tick

@@ -232,7 +232,7 @@ class RunConfig:
         if self.policy == "unbounded" and self.window is not None:
             raise ValueError(f"window {self.window} only applies to policy window")
         check_changes(self)  # validates policy, pool and block size, then each change
-        # The load's shape; a replay's trace is read where a run starts (runtime.replay).
+        # The load's shape; a replay's trace is read where a run starts (runtime.trace_source).
         self.load_config()
 
     @property

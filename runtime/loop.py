@@ -34,7 +34,7 @@ from runtime.changes import LiveChanges
 from runtime.config import RunConfig
 from runtime.record import Recorder
 from runtime.remote import ORIGIN
-from runtime.replay import checked_trace
+from runtime.trace_source import checked_trace
 from runtime.sessions import Sessions
 from runtime.inputs import input_summary
 from runtime.summary import settle_store, summarise, write_run_end, write_run_start
