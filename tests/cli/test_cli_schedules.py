@@ -72,6 +72,9 @@ def test_schedules_from_the_cli_and_the_headless_scheduler(tmp_path):
     con = duckdb.connect(db, read_only=True)
     fires = con.execute("SELECT status, run_ids FROM schedule_fires WHERE schedule_id = ?",
                         [schedule_id]).fetchall()
+    # Every run the fires started, whatever the fire's own status (on a loaded machine a fire
+    # can end late or overrun and still leave its run): the archive takes them all.
+    runs = con.execute("SELECT count(*) FROM runs").fetchone()[0]
     con.close()
     finished = [json.loads(ids) for status, ids in fires if status == "finished"]
     assert len(finished) >= 2, fires
@@ -85,4 +88,4 @@ def test_schedules_from_the_cli_and_the_headless_scheduler(tmp_path):
 
     archived = _metronome("archive", "--older-than-days", "0.00001", "--db", db)
     assert archived.returncode == 0, archived.stderr
-    assert archived.stdout.count(" archived ") == len(finished)
+    assert archived.stdout.count(" archived ") == runs >= len(finished)
