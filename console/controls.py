@@ -14,7 +14,7 @@ import streamlit as st
 from services.run_host import RunHost, one_line
 from control.limits import LIMITS, AIMDConfig, GradientConfig
 from engine.contract import POLICIES
-from runtime import RunConfig
+from runtime import LiveSettings
 from runtime.config import SUGGESTED_WINDOW_TOKENS
 
 logger = logging.getLogger(__name__)
@@ -30,15 +30,17 @@ def _apply(host: RunHost, change: dict) -> None:
     st.success(message, icon="✅")
 
 
-def policy_section(host: RunHost, config: RunConfig) -> None:
+def policy_section(host: RunHost, live: LiveSettings) -> None:
     st.subheader("KV policy")
+    policy_now = live.policy
     with st.form("form_policy"):
         policy = st.selectbox("Policy", POLICIES, key="ctl_policy",
-                              index=POLICIES.index(config.policy))
+                              index=POLICIES.index(policy_now.kind))
         window = st.number_input("W: window tokens",
-                                 value=config.window or SUGGESTED_WINDOW_TOKENS, step=32,
-                                 key="ctl_window")
-        sinks = st.number_input("S: sink tokens", value=config.sinks, step=1, key="ctl_sinks")
+                                 value=policy_now.window_tokens or SUGGESTED_WINDOW_TOKENS,
+                                 step=32, key="ctl_window")
+        sinks = st.number_input("S: sink tokens", value=policy_now.sink_tokens, step=1,
+                                key="ctl_sinks")
         if st.form_submit_button("Apply KV policy", key="apply_policy"):
             change = {"policy": policy}
             if policy == "window":
@@ -46,32 +48,34 @@ def policy_section(host: RunHost, config: RunConfig) -> None:
             _apply(host, change)
 
 
-def target_section(host: RunHost, config: RunConfig) -> None:
+def target_section(host: RunHost, live: LiveSettings) -> None:
     st.subheader("Latency target")
     with st.form("form_target"):
-        target = st.number_input("Target (fraction of the frame budget)", value=config.target,
+        target = st.number_input("Target (fraction of the frame budget)", value=live.target,
                                  step=0.05, key="ctl_target",
                                  help="AIMD and gradient limits back off above target·budget.")
         if st.form_submit_button("Apply target", key="apply_target"):
             _apply(host, {"target": float(target)})
 
 
-def limit_section(host: RunHost, config: RunConfig) -> None:
+def limit_section(host: RunHost, live: LiveSettings, sessions: int) -> None:
+    """`sessions`: the run's offered sessions, the most a cap may usefully be."""
     st.subheader("Admission limit")
+    kind_now = live.limit.kind
     kind = st.selectbox("Limit type", LIMITS, key="ctl_limit",
-                        index=LIMITS.index(config.admission) if config.admission in LIMITS else 0)
+                        index=LIMITS.index(kind_now) if kind_now in LIMITS else 0)
     with st.form("form_limit"):
-        params = _limit_params(kind, config)
+        params = _limit_params(kind, live, sessions)
         if st.form_submit_button("Apply limit", key="apply_limit"):
             _apply(host, {"limit": kind, "limit_params": params})
 
 
-def _limit_params(kind: str, config: RunConfig) -> dict:
-    """The limit type's parameters, each field starting at the limit config's own default; the
-    limit's own config checks them (the reason is shown)."""
-    cap = max(config.sessions, 1)
+def _limit_params(kind: str, live: LiveSettings, sessions: int) -> dict:
+    """The limit type's parameters, each field starting at the limit config's own default (a
+    fixed cap: the cap in force); the limit's own config checks them (the reason is shown)."""
+    cap = max(sessions, 1)
     if kind == "fixed":
-        return {"limit": int(st.number_input("Cap (sessions)", value=cap, step=1,
+        return {"limit": int(st.number_input("Cap (sessions)", value=live.limit.limit, step=1,
                                              key="ctl_fixed_cap"))}
     d = {f.name: f.default for f in fields(AIMDConfig if kind == "aimd" else GradientConfig)}
     params = {
@@ -81,7 +85,7 @@ def _limit_params(kind: str, config: RunConfig) -> dict:
                                          key=f"ctl_{kind}_min")),
         "max_limit": int(st.number_input("Maximum cap", value=cap, step=1,
                                          key=f"ctl_{kind}_max")),
-        "target_fraction": float(st.session_state.get("ctl_target", config.target)),
+        "target_fraction": float(st.session_state.get("ctl_target", live.target)),
     }
     if kind == "aimd":
         params["increase"] = int(st.number_input("Additive increase", value=d["increase"],
@@ -100,11 +104,11 @@ def _limit_params(kind: str, config: RunConfig) -> dict:
     return params
 
 
-def stall_guard_section(host: RunHost, config: RunConfig) -> None:
+def stall_guard_section(host: RunHost, live: LiveSettings) -> None:
     st.subheader("Stall guard")
     with st.form("form_stall_guard"):
         guard = st.radio("Stall guard", ["off", "on"], key="ctl_stall_guard", horizontal=True,
-                         index=int(config.stall_guard),
+                         index=int(live.stall_guard),
                          help="On: when the pool stalls, evict the session holding the most KV "
                               "(recorded as an evict event).")
         if st.form_submit_button("Apply stall guard", key="apply_stall_guard"):

@@ -79,7 +79,7 @@ class MetricsExporter(Collector):
 
     def observe(self, table: str, row: dict) -> None:
         """One row the runner stored. Unknown tables (steps, runs) are ignored."""
-        if table not in ("frames", "ticks", "events", "rank_ticks"):
+        if table not in ("frames", "ticks", "events", "rank_ticks", "settings_history"):
             return
         run_id = row.get("run_id")
         if not run_id:
@@ -92,6 +92,8 @@ class MetricsExporter(Collector):
                 state.on_tick(row)
             elif table == "rank_ticks":
                 state.on_rank_tick(row)
+            elif table == "settings_history":
+                state.on_settings(row)
             else:
                 state.on_event(row)
                 if not state.active:

@@ -22,7 +22,6 @@ FRAME_LATENCY_BUCKETS_S = (0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1,
 TICK_OVERRUN_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
 
 FRAME_OUTCOMES = ("on_time", "late", "silent")
-_POLICY_TEXT = re.compile(r"window W=(\d+) S=(\d+)")
 _REASON_CHARS = re.compile(r"[^a-z0-9]+")
 MAX_REASON_CHARS = 40
 
@@ -203,13 +202,11 @@ class RunState:
             outcome = "applied" if kind == "param_change" else "rejected"
             key = (reason_label(detail.get("setting")), outcome)
             self.param_changes[key] = self.param_changes.get(key, 0) + 1
-            if outcome == "applied" and detail.get("setting") == "policy":
-                self._policy_from_text(str(detail.get("new", "")))
 
-    def _policy_from_text(self, text: str) -> None:
-        """A live policy change as the runner words it ("window W=128 S=32", "unbounded")."""
-        match = _POLICY_TEXT.fullmatch(text.strip())
-        if match:
-            self.set_policy(int(match.group(1)), int(match.group(2)))
-        elif text.strip() == "unbounded":
+    def on_settings(self, row: dict) -> None:
+        """A settings_history row: the run's live settings after a change (or at its start),
+        whole (runtime/live_settings.py LiveSettings.history_row); W and S from its fields."""
+        if row.get("policy") == "window":
+            self.set_policy(row.get("window_tokens"), row.get("sink_tokens"))
+        elif row.get("policy") == "unbounded":
             self.set_policy(None, None)

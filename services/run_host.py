@@ -16,7 +16,7 @@ import uuid
 import weakref
 from dataclasses import dataclass
 
-from runtime import RunConfig, Runner, make_engine
+from runtime import LiveSettings, RunConfig, Runner, make_engine
 from store import open_store
 from store.schedules import latest_drift
 
@@ -190,18 +190,11 @@ class RunHost:
         if thread is not None:
             thread.join(timeout)
 
-    def live_settings(self) -> dict | None:
+    def live_settings(self) -> LiveSettings | None:
         """The settings the running run uses now (after live changes), None when none runs."""
         with self._lock:
             runner = self._runner
-        if runner is None:
-            return None
-        policy = runner.engine.policy
-        limit = runner.limit
-        return {"policy": "unbounded" if policy.kind == "unbounded" else
-                f"window W={policy.window_tokens} S={policy.sink_tokens}",
-                "limit": limit.kind, "cap": limit.limit, "target": runner.target,
-                "stall_guard": "on" if runner.stall_guard else "off"}
+        return None if runner is None else runner.live_settings
 
     def gateway_target(self):
         """The running run's gateway Target (its inlet, what a session is told, the model's

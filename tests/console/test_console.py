@@ -138,7 +138,9 @@ def test_changing_w_live_records_the_event_and_reaches_the_engine(db):
     assert "window W=128 S=0 → window W=256 S=0" in at.success[0].value
     event = _events(db, run_id, "policy").iloc[0]
     assert (event.old, event.new) == ("window W=128 S=0", "window W=256 S=0")
-    assert run_host().live_settings()["policy"] == "window W=256 S=0"
+    assert run_host().live_settings().policy_label == "window W=256 S=0"
+    # A page opened now starts its form from the live W (256), not the start config's (128).
+    assert page("controls").number_input(key="ctl_window").value == 256
 
 
 def test_changing_the_limit_and_target_live(db):
@@ -157,7 +159,7 @@ def test_changing_the_limit_and_target_live(db):
     assert _events(db, run_id, "limit").iloc[0].new == "aimd"
     _events(db, run_id, "target")
     settings = run_host().live_settings()
-    assert settings["limit"] == "aimd" and settings["target"] == 0.6
+    assert settings.limit.kind == "aimd" and settings.target == 0.6
     at.run()  # the page lists the recorded changes
     assert set(at.dataframe[0].value.setting) >= {"limit", "target"}
 

@@ -109,7 +109,7 @@ def test_host_applies_live_changes_only_while_a_run_runs(tmp_path):
         time.sleep(0.01)
     assert "latency target 0.50" in host.apply(target=0.5)
     deadline = time.monotonic() + RUN_TIMEOUT_S
-    while host.live_settings()["target"] != 0.5:  # applied at the next tick
+    while host.live_settings().target != 0.5:  # applied at the next tick
         assert time.monotonic() < deadline, host.live_settings()
         time.sleep(0.01)
     host.close()

@@ -171,15 +171,23 @@ def test_stalls_are_counted_once_from_ticks_or_events():
     assert state.stalls == 3
 
 
-def test_kv_gauges_follow_live_changes_and_tick_columns():
-    state = RunState("r")
-    state.on_event({"kind": "param_change", "detail": json.dumps(
-        {"setting": "policy", "old": "unbounded", "new": "window W=256 S=32"})})
+def test_kv_gauges_follow_live_settings_and_tick_columns():
+    # The live settings reach the exporter whole, as the run records them (a settings_history
+    # row: LiveSettings.history_row), never parsed back from an event's text.
+    exporter = MetricsExporter()
+    exporter.observe("settings_history", {"run_id": "r", "setting": "policy",
+                                          "policy": "window", "window_tokens": 256,
+                                          "sink_tokens": 32})
+    state = exporter._runs["r"]
     assert (state.window_tokens, state.sink_tokens) == (256, 32)
+    state.on_event({"kind": "param_change", "detail": json.dumps(
+        {"setting": "policy", "old": "window W=256 S=32", "new": "window W=64 S=0"})})
+    assert state.window_tokens == 256  # an event counts a change; it does not set the gauges
     state.on_event({"kind": "param_rejected", "detail": json.dumps(
         {"setting": "policy", "new": "window W=64 S=0", "reason": "refused"})})
-    assert state.window_tokens == 256
     assert state.param_changes == {("policy", "applied"): 1, ("policy", "rejected"): 1}
+    state.on_settings({"policy": "unbounded", "window_tokens": None, "sink_tokens": 0})
+    assert state.window_tokens == math.inf
     state.on_tick({"window_tokens": 128, "sink_tokens": 0})
     assert (state.window_tokens, state.sink_tokens) == (128, 0)
     state.on_tick({"window_tokens": None, "sink_tokens": None})
