@@ -14,12 +14,11 @@ EXIT_USAGE = 2
 
 
 def run_config_from_args(args) -> "RunConfig":  # noqa: F821 - imported lazily
-    from dataclasses import fields
-
-    from services.replay_settings import with_recorded_load
+    """The flags as RunConfig's fields (a flag left out is None: not given), made a RunConfig
+    the one way every caller does (services.replay_settings.run_config)."""
     from engine.config import parse_vllm_args
-    from runtime.config import RunConfig, ScheduledChange
-    from runtime.trace_source import checked_trace
+    from runtime.config import ScheduledChange
+    from services.replay_settings import run_config
 
     values = dict(
         engine=args.engine, model=args.model, seed=args.seed, policy=args.policy,
@@ -37,18 +36,7 @@ def run_config_from_args(args) -> "RunConfig":  # noqa: F821 - imported lazily
         data_parallel_size=args.data_parallel_size, placement=args.placement,
         vllm_args=parse_vllm_args(args.vllm_arg),
         changes=tuple(ScheduledChange.parse(text) for text in args.change))
-    given = {key for key, value in values.items() if value is not None}
-    values = with_recorded_load(values, given)
-    defaults = {f.name: f.default for f in fields(RunConfig)}
-    config = RunConfig(**{key: defaults[key] if value is None and key in _LOAD_FLAGS else value
-                          for key, value in values.items()})
-    checked_trace(config)  # a replay's trace against these settings, before anything starts
-    return config
-
-
-# Flags whose default is None on the command line so that a replay can tell them apart.
-_LOAD_FLAGS = ("seed", "frame_ms", "tokens_in", "tokens_out", "sessions", "duration_s",
-               "stagger")
+    return run_config(values, given={key for key, value in values.items() if value is not None})
 
 
 def _cmd_run(args) -> int:

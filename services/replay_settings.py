@@ -31,10 +31,21 @@ def with_recorded_load(args: dict, given: set[str] | frozenset = frozenset()) ->
     return out
 
 
+# Load fields a caller may leave None ("not given"): a replay takes the recording's, any other
+# load RunConfig's default. (RunConfig's own None means something else for some fields.)
+UNSET_LOAD_FIELDS = ("seed", "frame_ms", "tokens_in", "tokens_out", "sessions", "duration_s",
+                     "stagger")
+
+
 def run_config(args: dict, given: set[str] | frozenset = frozenset()) -> RunConfig:
-    """The RunConfig of these arguments (`with_recorded_load`), a replay's trace read and checked
-    against it now (ValueError), so a form or the CLI refuses before anything starts."""
-    config = RunConfig(**with_recorded_load(args, given))
+    """The one way from an operator's settings (the CLI's flags, the Load page's form) to a
+    RunConfig: `with_recorded_load`, then RunConfig's defaults for load fields left None, and
+    a replay's trace read and checked against it now (ValueError), so a form or the CLI
+    refuses before anything starts. `given`: the fields the operator set, which a replay keeps
+    (the Load page gives none: its replay follows the recording in every load field)."""
+    values = with_recorded_load(args, given)
+    config = RunConfig(**{key: _DEFAULTS[key] if value is None and key in UNSET_LOAD_FIELDS
+                          else value for key, value in values.items()})
     checked_trace(config)
     return config
 
