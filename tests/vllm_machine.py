@@ -62,11 +62,13 @@ class EnginePool:
     is fixed at their start (policy kind, pool, block size, max_model_len, vLLM arguments); W
     and S move live, so `get` sets the asked-for policy before handing a windowed engine out.
     At most `keep` stay alive (the least recently used is shut down): each costs ~1.5 GB, and
-    an idle one ~1 % of a core (measured: 12 CPU ticks in 10 s). Four hold every configuration
+    an idle one ~1 % of a core (measured: 12 CPU ticks in 10 s). Six hold every configuration
     the suite's modules ask for (calibration, window and unbounded at 64 blocks, the rollover
-    module's), so each starts once; with two kept, the admission module restarted both of its."""
+    module's, the audio model's window and cliff), so each starts once (~9 GB of the machine's
+    24); with four kept, the audio module's two pushed out the calibration's engine, which the
+    admission module then started again."""
 
-    def __init__(self, keep: int = 4) -> None:
+    def __init__(self, keep: int = 6) -> None:
         self.keep = keep
         self._engines: dict = {}  # key → engine, least recently used first
         self._processes: dict = {}  # key → the EngineCore processes its engine started
