@@ -173,6 +173,41 @@ def test_only_the_ui_room_imports_streamlit():
     assert not found, found
 
 
+def test_every_project_import_names_something_that_exists():
+    # `from store import replay_queries` after a rename imports nothing, and an installed copy
+    # of the project elsewhere on the path can hide that until a clean checkout runs it.
+    modules = _modules()
+    missing = []
+    for mod, path in modules.items():
+        for source, targets in _imported_names(ast.parse(path.read_text())):
+            if source.split(".")[0] not in LEVEL:
+                continue
+            if source not in modules:
+                missing.append(f"{mod}: {source}")
+                continue
+            package = modules[source]
+            if package.name != "__init__.py":
+                continue  # `from pkg.mod import name`: the name is the module's business
+            defined = _defined_names(package)
+            missing += [f"{mod}: {t}" for t in targets
+                        if t not in modules and t.rsplit(".", 1)[-1] not in defined]
+    assert not missing, missing
+
+
+def _defined_names(init: pathlib.Path) -> set[str]:
+    """Names a package's __init__ binds at its top level (imports, assignments, defs)."""
+    names = set()
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
 def test_only_the_cli_room_parses_flags():
     found = sorted(mod for mod in _importing("argparse") if _room(mod) not in COMMAND_ROOMS)
     assert not found, found
