@@ -279,15 +279,14 @@ def test_sinks_run_never_stalls_and_stays_within_the_block_bound(sinks_run):
     assert s["frames"] >= LOAD["sessions"] * 20  # each session lived well past W + S tokens
 
 
-def test_a_live_change_is_what_the_workers_apply_and_no_environment_carries_w(
-        sinks_run, vllm_engines):
+def test_a_live_change_is_what_the_workers_apply_and_no_environment_carries_w(vllm_engines):
     """The engine's W and S reached its spawned processes in vLLM's config (no environment
     variable); after a live change the workers build attention metadata with the new values."""
     import os
 
     from runtime import RunConfig
 
-    engine = vllm_engines.get(RunConfig(**LOAD))  # the engine sinks_run ran on
+    engine = vllm_engines.get(RunConfig(**LOAD))  # sinks_run's engine (the key has no period)
     assert not [k for k in os.environ if k.startswith(("METRONOME_WINDOW", "METRONOME_SINK_T"))]
     assert engine.sinks_in_workers() == [[(128, 32)]]
     try:
