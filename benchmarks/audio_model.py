@@ -128,9 +128,7 @@ def stock_window(model_path: Path, audio_frames) -> tuple[list[float], float]:
     encoder's ms per frame. The plugin only counts (its schema at the stock 3000)."""
     import asyncio
 
-    from engine.audio_plugin import MEL_FRAMES_ENV
-
-    os.environ[MEL_FRAMES_ENV] = "3000"
+    from engine.audio_plugin import config_entry
 
     async def run():
         from vllm import AsyncEngineArgs, SamplingParams
@@ -141,7 +139,8 @@ def stock_window(model_path: Path, audio_frames) -> tuple[list[float], float]:
         llm = AsyncLLM.from_engine_args(AsyncEngineArgs(
             model=str(model_path), dtype="float32", block_size=32, num_gpu_blocks_override=64,
             max_model_len=1024, enable_prefix_caching=False, enforce_eager=True,
-            gpu_memory_utilization=0.3, mm_processor_cache_gb=0))
+            gpu_memory_utilization=0.3, mm_processor_cache_gb=0,
+            additional_config=config_entry(3000)))  # the plugin counts, at the stock shape
         params = SamplingParams(max_tokens=TOKENS_OUT, min_tokens=TOKENS_OUT, ignore_eos=True,
                                 temperature=0.0, output_kind=RequestOutputKind.DELTA)
         times, done = [], asyncio.Queue()
@@ -164,10 +163,7 @@ def stock_window(model_path: Path, audio_frames) -> tuple[list[float], float]:
         llm.shutdown()
         return lat[5:], counts["encoder_ms"] / max(1, counts["frames"]), counts
 
-    try:
-        lat, enc, counts = asyncio.run(run())
-    finally:
-        os.environ.pop(MEL_FRAMES_ENV, None)
+    lat, enc, counts = asyncio.run(run())
     print(f"  stock window: mel frames per encoder item {counts['mel_frames'] // counts['frames']}"
           f", audio tokens per frame {counts['audio_tokens'] / counts['frames']:.1f}")
     return lat, enc

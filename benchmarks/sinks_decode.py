@@ -28,22 +28,19 @@ BATCHES = (1, 8, 32)
 
 
 def engine_kwargs(model: str, sinks: bool) -> dict:
+    from engine.contract import KVPolicy
     from engine.models import model_info
-    from engine.sinks import apply_env, sink_env
+    from engine.sinks import additional_config
 
     # The plugin for sinks (as the vLLM backend runs a window); vLLM's own sliding window
     # (hf_overrides, plugin off) as the baseline.
-    apply_env(sink_env(WINDOW if sinks else None, SINKS))
     kwargs = dict(model=model, block_size=BLOCK, enforce_eager=True, enable_prefix_caching=False,
                   max_num_seqs=256, max_num_batched_tokens=2048, num_gpu_blocks_override=2048,
                   max_model_len=2048, gpu_memory_utilization=0.3, seed=0)
     if sinks:
-        from engine.sinks.plugin import register
         from engine.sinks.support import CUDA_BACKEND
 
-        # vLLM loads plugins once per process, and did so for the sliding-window engine
-        # started first, while no sinks were configured (the plugin was inert then).
-        register()
+        kwargs["additional_config"] = additional_config(KVPolicy("window", WINDOW, SINKS))
         if _on_cuda():
             kwargs["attention_backend"] = CUDA_BACKEND  # the backend engine.sinks compacts
     else:

@@ -21,6 +21,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.audio_plugin import config_entry
+
 logger = logging.getLogger(__name__)
 
 AUDIO_ENCODER = "audio encoder"  # Engine.input_path of an audio-in model
@@ -84,10 +86,12 @@ class AudioInput:
     def engine_args(self) -> dict:
         """vLLM arguments that make the model's encoder window one frame, and keep frames
         apart: no processor cache (every frame's audio is new), and each chunk names its own
-        item (`chunk`), so two sessions' equal audio is never one encoder output."""
+        item (`chunk`), so two sessions' equal audio is never one encoder output. The window
+        also rides in `additional_config`, where engine/audio_plugin.py reads it in the worker."""
         return {"hf_overrides": {"audio_config": {"max_source_positions": self.mel_frames // 2}},
                 "mm_processor_kwargs": {"max_length": self.frame_samples},
-                "mm_processor_cache_gb": 0}
+                "mm_processor_cache_gb": 0,
+                "additional_config": config_entry(self.mel_frames)}
 
     def chunk(self, audios, names):
         """The prompt of one chunk: `audios` (one array per frame, float32 mono at the model

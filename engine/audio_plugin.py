@@ -6,8 +6,10 @@ Qwen2-Audio's encoder is Whisper's: its window is `max_source_positions` · 2 me
 engine sizes the window to one frame through the model's config (engine/audio_input.py:
 `max_source_positions` and the processor's padding length); vLLM 0.32 then refuses the shape in
 one place, a hard-coded `TensorShape("na", "nmb", 3000)` on the feature inputs of
-`vllm/model_executor/models/qwen2_audio.py`. This plugin, in every vLLM process, when the engine
-asks for it (METRONOME_AUDIO_MEL_FRAMES set):
+`vllm/model_executor/models/qwen2_audio.py`. This plugin, in every vLLM process, hooks the
+model's construction; when the engine's config asks for it (the `metronome_audio` entry of
+vLLM's `additional_config`, which travels with the config to every process: `config_entry`,
+`mel_frames_in`), the model it builds gets:
 
 1. replaces that schema with the same schema at the frame's mel length (still exact: a frame of
    another length is refused as before, naming the length it expected);
@@ -18,8 +20,9 @@ asks for it (METRONOME_AUDIO_MEL_FRAMES set):
    frame, time spent, and a digest of the last frames' input features (the proof that a frame's
    own audio reached the encoder); `EngineCore.metronome_audio_stats` returns them.
 
-Pinned to the vLLM versions it was tested with (`engine.sinks.support.TESTED_VLLM`): another
-version is refused with one line before anything is patched.
+A model built without the entry is vLLM's own (every hook passes through). Pinned to the vLLM
+versions it was tested with (`engine.sinks.support.TESTED_VLLM`): on another version nothing
+is installed, and the front end refuses an audio engine there in one line before it starts.
 """
 
 from __future__ import annotations
@@ -27,14 +30,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import os
 import threading
 import time
 from collections import deque
 
 logger = logging.getLogger(__name__)
 
-MEL_FRAMES_ENV = "METRONOME_AUDIO_MEL_FRAMES"
+KEY = "metronome_audio"  # additional_config's entry (vLLM hashes it as JSON: ints only)
 ENTRY_POINT = "metronome_audio"
 DIGESTS_KEPT = 256
 _MARK = "_metronome_audio"
@@ -44,15 +46,21 @@ class AudioWindowUnsupported(RuntimeError):
     """The frame-sized encoder window cannot run in this vLLM; the message is one line."""
 
 
-def configured() -> int | None:
-    """The encoder window in mel frames this process's engine asked for, else None."""
-    raw = os.environ.get(MEL_FRAMES_ENV)
-    if not raw:
+def config_entry(mel_frames: int) -> dict:
+    """The `additional_config` entry of an engine whose encoder window is `mel_frames`."""
+    return {KEY: {"mel_frames": mel_frames}}
+
+
+def mel_frames_in(vllm_config) -> int | None:
+    """The encoder window in mel frames the engine of `vllm_config` asks for, else None."""
+    extra = getattr(vllm_config, "additional_config", None)
+    entry = extra.get(KEY) if isinstance(extra, dict) else None
+    if entry is None:
         return None
-    frames = int(raw)
-    if frames < 2 or frames % 2:
-        raise ValueError(f"{MEL_FRAMES_ENV}={raw} must be an even number of mel frames ≥ 2 "
-                         "(the encoder's two convolutions halve it)")
+    frames = entry.get("mel_frames") if isinstance(entry, dict) else None
+    if not isinstance(frames, int) or frames < 2 or frames % 2:
+        raise ValueError(f"additional_config[{KEY!r}] = {entry!r}: mel_frames must be an even "
+                         "number ≥ 2 (the encoder's two convolutions halve it)")
     return frames
 
 
@@ -70,18 +78,41 @@ def version_refusal(version: str | None = None) -> str | None:
 
 
 def register() -> None:
-    mel_frames = configured()
-    if mel_frames is None:
-        return
     refusal = version_refusal()
-    if refusal:
-        raise AudioWindowUnsupported(refusal)
+    if refusal:  # not an error here: this process may never build an audio model
+        logger.info("audio encoder hooks not installed: %s", refusal)
+        return
     from vllm.model_executor.models import qwen2_audio
 
-    _patch_feature_schema(qwen2_audio, mel_frames)
-    _patch_position_table(qwen2_audio.Qwen2AudioForConditionalGeneration)
-    _patch_encoder_counts(qwen2_audio.Qwen2AudioForConditionalGeneration)
+    model_cls = qwen2_audio.Qwen2AudioForConditionalGeneration
+    _patch_model_init(qwen2_audio, model_cls)
+    _patch_position_table(model_cls)
+    _patch_encoder_counts(model_cls)
     _patch_stats_utility()
+
+
+def _patch_model_init(module, model_cls) -> None:
+    """The model, as vLLM builds it in the worker, reads its engine's config: with the entry it
+    is marked with its mel frames (the other hooks act on marked models only) and the feature
+    schema takes the frame's length; without, vLLM's schema comes back (an earlier engine of
+    this process may have replaced it)."""
+    if getattr(model_cls.__init__, _MARK, False):
+        return
+    original = model_cls.__init__
+    stock_schema = module.Qwen2AudioFeatureInputs
+
+    @functools.wraps(original)
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        original(self, vllm_config=vllm_config, prefix=prefix)
+        mel_frames = mel_frames_in(vllm_config)
+        setattr(self, _MARK, mel_frames)
+        if mel_frames is None:
+            module.Qwen2AudioFeatureInputs = stock_schema
+        else:
+            _patch_feature_schema(module, mel_frames)
+
+    setattr(__init__, _MARK, True)
+    model_cls.__init__ = __init__
 
 
 def _patch_feature_schema(module, mel_frames: int) -> None:
@@ -116,6 +147,8 @@ def _patch_position_table(model_cls) -> None:
 
     @functools.wraps(original)
     def load_weights(self, weights):
+        if getattr(self, _MARK, None) is None:  # vLLM's own model
+            return original(self, weights)
         rows = self.audio_tower.embed_positions.weight.shape[0]
 
         def cut(items):
@@ -178,6 +211,8 @@ def _patch_encoder_counts(model_cls) -> None:
     def process_audio_input(self, audio_input):
         start = time.perf_counter()
         out = original(self, audio_input)
+        if getattr(self, _MARK, None) is None:  # vLLM's own model
+            return out
         # CPU tensors are ready on return; on CUDA the counts wait for the kernels once.
         if out and out[0].is_cuda:
             import torch

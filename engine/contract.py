@@ -8,6 +8,7 @@ never an exception; misuse (unknown session, bad policy) is a ValueError.
 from __future__ import annotations
 
 import math
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 POLICIES = ("unbounded", "window")
+_LABEL = re.compile(r"window W=(\d+) S=(\d+)")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,26 @@ class KVPolicy:
         if self.kind == "window" and self.sink_tokens >= self.window_tokens:
             raise ValueError(f"sinks {self.sink_tokens} must be smaller than the window "
                              f"({self.window_tokens} tokens); allowed: 0 ≤ S < W")
+
+    @property
+    def label(self) -> str:
+        """How the policy is named wherever a person reads it: "unbounded" or
+        "window W=128 S=32" (the one spelling; metrics/run_state.py parses it back)."""
+        if self.kind == "unbounded":
+            return "unbounded"
+        return f"window W={self.window_tokens} S={self.sink_tokens}"
+
+    @classmethod
+    def from_label(cls, text: str) -> KVPolicy:
+        """The policy a `label` names (a recorded change read back); anything else is a
+        ValueError naming the two spellings."""
+        if text.strip() == "unbounded":
+            return cls()
+        match = _LABEL.fullmatch(text.strip())
+        if match is None:
+            raise ValueError(f"policy label {text!r} is not 'unbounded' or 'window W=<tokens> "
+                             "S=<tokens>'")
+        return cls("window", int(match.group(1)), int(match.group(2)))
 
     def block_size_refusal(self, block_size: int) -> str | None:
         """Window and sink granularity is one block (see DESIGN: KV policy): why this policy

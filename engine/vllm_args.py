@@ -4,6 +4,7 @@ alone (no engine needed, so they are unit-tested without one)."""
 from __future__ import annotations
 
 from engine.config import EngineConfig, dp_ranks
+from engine.sinks import config as sinks_config
 from engine.sinks.support import CUDA_BACKEND, backend_refusal
 
 
@@ -34,8 +35,9 @@ def engine_args(cfg: EngineConfig, model_path: str, max_model_len: int, on_cpu: 
     """vLLM's engine arguments for a config: an exact pool, no prefix caching, the dtype this
     machine computes fastest (engine/dtype.py), a step size that keeps a windowed session inside
     a small pool, the CUDA backend sinks compact, the model's own (`model_args`: an audio-in
-    model's encoder window), the operator's --vllm-arg last. A sinks run with an unsupported
-    backend is a ValueError."""
+    model's encoder window), the operator's --vllm-arg last. W and S ride in
+    `additional_config` (engine/sinks/config.py), merged with the model's and the operator's
+    entries. A sinks run with an unsupported backend is a ValueError."""
     args: dict = {
         "model": model_path,
         "dtype": dtype,
@@ -62,7 +64,7 @@ def engine_args(cfg: EngineConfig, model_path: str, max_model_len: int, on_cpu: 
         args["max_num_batched_tokens"] = max(256, min(2048, step_tokens))
         if not on_cpu:
             # Full-attention layers; engine.sinks frees and hides the gap blocks (enabled
-            # through the environment, see _start). FULL CUDA graphs would replay
+            # by additional_config, below). FULL CUDA graphs would replay
             # attention from buffers its compacted metadata bypasses, and FlashAttention
             # is the CUDA backend whose metadata it compacts.
             args["compilation_config"] = {"cudagraph_mode": "PIECEWISE"}
@@ -70,14 +72,30 @@ def engine_args(cfg: EngineConfig, model_path: str, max_model_len: int, on_cpu: 
     ranks = dp_ranks(cfg)  # from the config alone: engine_args needs no started engine
     if ranks > 1:
         args["data_parallel_size"] = ranks  # num_gpu_blocks_override is per engine
-    args.update(model_args or {})
-    for key, value in cfg.vllm_args:
-        args[key] = value
+    extra = sinks_config.additional_config(cfg.policy)
+    for key, value in [*(model_args or {}).items(), *cfg.vllm_args]:
+        if key == "additional_config":
+            extra = _merged_extra(extra, value)
+        else:
+            args[key] = value
+    if extra:
+        args["additional_config"] = extra
     if cfg.policy.kind == "window" and not on_cpu:
         refusal = backend_refusal(args)
         if refusal:
             raise ValueError(refusal)
     return args
+
+
+def _merged_extra(ours: dict, theirs) -> dict:
+    """`additional_config` entries given as a vLLM argument, beside the engine's own: the
+    sinks entry is the run's policy (--policy/--window/--sinks), never set by hand."""
+    if not isinstance(theirs, dict):
+        raise ValueError(f"vLLM argument additional_config={theirs!r} must be a dict")
+    if sinks_config.KEY in theirs:
+        raise ValueError(f"vLLM argument additional_config[{sinks_config.KEY!r}] is set by the "
+                         "run's KV policy: give --policy window --window W --sinks S instead")
+    return {**ours, **theirs}
 
 
 def window_fit_refusal(cfg: EngineConfig, policy, step_tokens: int) -> str | None:

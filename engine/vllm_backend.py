@@ -25,13 +25,12 @@ from engine import dtype as dtypes
 from engine import vllm_args
 from engine.audio_input import (AUDIO_ENCODER, audio_input, entry_point_refusal, is_audio_model,
                                 undriven_refusal)
-from engine.audio_plugin import MEL_FRAMES_ENV, AudioWindowUnsupported, version_refusal
+from engine.audio_plugin import AudioWindowUnsupported, version_refusal
 from engine.config import EngineConfig, dp_ranks
 from engine.contract import (CLOSED, Engine, FrameHandle, KVPolicy, PoolStats, StepStats,
                              applied, check_frame)
 from engine.models import model_info, resolve_model
-from engine.sinks.env import apply_env, sink_env
-from engine.sinks.support import refusals_surface
+from engine.sinks.support import check_vllm_version, refusals_surface
 from engine.vllm_args import cuda_available
 from engine.vllm_stats import PoolProbe, stat_logger_class
 from engine.vllm_stream import StreamSession, consume
@@ -107,12 +106,9 @@ class VLLMEngine(Engine):
         # module this process imported (the console's, the microphone's cffi bindings), and the
         # worker's kernel rebinding walks them all at start-up.
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-        # Read by engine.sinks' vLLM plugin in every vLLM process (spawned ones inherit it);
-        # cleared for other policies so a previous engine's setting never leaks into this one.
+        # W and S (and an audio model's encoder window) travel in the engine arguments'
+        # additional_config (engine/vllm_args.py), with vLLM's config to every process.
         policy = self.config.policy
-        apply_env(sink_env(policy.window_tokens if policy.kind == "window" else None,
-                           policy.sink_tokens))
-        apply_env({MEL_FRAMES_ENV: str(self._audio.mel_frames) if self._audio else None})
         if self._audio is not None:
             # Refused here, in one line, rather than as a shape error from the engine process.
             refusal = version_refusal() or entry_point_refusal()
@@ -120,12 +116,9 @@ class VLLMEngine(Engine):
                 raise AudioWindowUnsupported(refusal)
         surface = contextlib.nullcontext()
         if policy.kind == "window":
-            from engine.sinks.plugin import register
-
-            # Checks the vLLM version (one line on a mismatch) before anything starts, and
-            # installs the hooks here too: vLLM loads plugins once per process, so an
-            # in-process engine after an unbounded one would otherwise run without them.
-            register()
+            # The plugin installs nothing on another vLLM version: refused here, in one line,
+            # before anything starts.
+            check_vllm_version()
             surface = refusals_surface()  # an engine process's refusal, as one line
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -180,8 +173,7 @@ class VLLMEngine(Engine):
         except Exception as exc:  # noqa: BLE001 - vLLM returns utility failures as Exception
             raise RuntimeError(f"vLLM refused W/S: {exc}") from exc
         self._policy = policy
-        logger.info("KV policy now W=%d S=%d: %s", policy.window_tokens, policy.sink_tokens,
-                    result)
+        logger.info("KV policy now %s: %s", policy.label, result)
 
     # --- contract -----------------------------------------------------------------------------
     def now(self) -> float:
@@ -254,6 +246,16 @@ class VLLMEngine(Engine):
         return asyncio.run_coroutine_threadsafe(
             self._llm.engine_core.call_utility_async("metronome_audio_stats"),
             self._loop).result(timeout=30)
+
+    def sinks_in_workers(self) -> list[list[tuple[int, int]]]:
+        """Per worker, the (W, S) its sinks metadata builders apply now (engine.sinks.live): what
+        a live change reached, read back from where attention metadata is built."""
+        if self.config.policy.kind != "window" or self._llm is None:
+            return []
+        workers = asyncio.run_coroutine_threadsafe(
+            self._llm.engine_core.call_utility_async("metronome_sinks_in_workers"),
+            self._loop).result(timeout=30)
+        return [[tuple(pair) for pair in worker] for worker in workers]
 
     def close(self, session_id: int) -> None:
         session = self._sessions.pop(session_id, None)

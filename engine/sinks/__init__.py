@@ -7,16 +7,16 @@ Pieces, one job each:
   live        W and S changed while requests run, in step in the engine core and the workers
   rows        which request each batch row is, for builders after a live change
   support     what it can run on (vLLM version, attention backend) and the refusal otherwise
-  env         the mode per engine: W and S in the environment vLLM's processes inherit
+  config      the mode per engine: W and S in vLLM's own config (`additional_config`), which
+              vLLM hands to every process it starts
   plugin      the `vllm.general_plugins` entry point that wires them into every vLLM process
-              (inert, loading none of the above, when the engine runs no sinks)
+              (each hook a pass-through for an engine whose config asks for no sinks)
 
-The engine turns the mode on per engine through two environment variables, set before vLLM
-starts (spawned engine-core and worker processes inherit them); see `sink_env`. W and S then
-move live (`live`): a utility call into the engine core, which forwards to the workers.
+The engine turns the mode on per engine in its engine arguments (`config.additional_config`,
+engine/vllm_args.py), not in the process environment. W and S then move live (`live`): a utility
+call into the engine core, which forwards to the workers.
 """
 
-from engine.sinks.env import (SINK_TOKENS_ENV, WINDOW_TOKENS_ENV, apply_env, configured,
-                              sink_env)
+from engine.sinks.config import KEY, additional_config, policy_in
 
-__all__ = ["SINK_TOKENS_ENV", "WINDOW_TOKENS_ENV", "apply_env", "configured", "sink_env"]
+__all__ = ["KEY", "additional_config", "policy_in"]

@@ -1,6 +1,10 @@
 """Changing W and S while sessions run: one setting, applied at the same step boundary in the
 engine core (the KV manager) and in every worker (the metadata builder).
 
+In a worker, W and S have one source: the `LiveSetting` on each sinks metadata builder. It is
+made from the KV spec (the engine config's start values, `engine.sinks.config`) when the
+builder is made, and replaced whole by each change; `build` reads nothing else.
+
 Shape of a change (front end → engine core → workers):
 
     AsyncLLM.engine_core.call_utility_async("metronome_set_sinks", W, S)
@@ -39,14 +43,14 @@ class Carried:
 
 @dataclass(frozen=True)
 class LiveSetting:
-    window_tokens: int
-    sink_tokens: int
+    """What a worker's builders apply: the policy (W, S) and what running requests carry."""
+
+    policy: KVPolicy
     carried: dict[str, Carried] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        # KVPolicy's rule for W and S (the one definition), checked again in the engine core:
-        # the setting arrives here as two integers over vLLM's utility call.
-        KVPolicy("window", self.window_tokens, self.sink_tokens)
+        if self.policy.kind != "window":
+            raise ValueError(f"a sinks builder applies a window policy, not {self.policy.label}")
 
 
 def row_carry(setting: LiveSetting, num_reqs: int, sink_blocks: int):
@@ -74,6 +78,21 @@ def row_carry(setting: LiveSetting, num_reqs: int, sink_blocks: int):
 # The setting lives on the metadata builders of one engine's runner (not in a module global:
 # tests run several in-process engines one after another in one process).
 BUILDER_ATTR = "_metronome_live_setting"
+
+
+def start_builder(builder) -> None:
+    """A sinks builder, as it is made: its setting is its spec's start W and S."""
+    spec = builder.kv_cache_spec
+    setattr(builder, BUILDER_ATTR,
+            LiveSetting(KVPolicy("window", spec.window_tokens, spec.sink_tokens)))
+
+
+def builder_setting(builder) -> LiveSetting:
+    setting = getattr(builder, BUILDER_ATTR, None)
+    if setting is None:  # made outside AttentionGroup: it would not know its W and S
+        raise AssertionError(f"{type(builder).__name__} serves sinks + window but was not "
+                             "made through AttentionGroup.create_metadata_builders")
+    return setting
 
 
 def _sinks_groups(worker):
@@ -106,29 +125,36 @@ def check_in_worker(worker) -> str | None:
     return next((p for p in map(group_refusal, groups) if p), None)
 
 
-def apply_in_worker(worker, window_tokens: int, sink_tokens: int,
-                    carried: dict[str, tuple[int, int]]) -> int:
+def apply_in_worker(worker, policy: KVPolicy, carried: dict[str, tuple[int, int]]) -> int:
     """collective_rpc target: runs in each worker, between two model steps."""
     from engine.sinks.rows import name_batch_rows
 
-    setting = LiveSetting(window_tokens, sink_tokens,
-                          {r: Carried(*kept) for r, kept in carried.items()})
+    setting = LiveSetting(policy, {r: Carried(*kept) for r, kept in carried.items()})
     runner, builders = _runner_and_builders(worker)
     assert builders, "a sinks engine without sinks metadata builders"
     if carried:  # rows must be matched to requests from the next step on
         name_batch_rows(type(runner))
     for builder in builders:
         setattr(builder, BUILDER_ATTR, setting)
-    logger.info("sinks + window now W=%d S=%d (%d running requests carried)",
-                window_tokens, sink_tokens, len(carried))
+    logger.info("sinks + window now %s (%d running requests carried)", policy.label,
+                len(carried))
     return len(carried)
+
+
+def setting_in_worker(worker) -> list[tuple[int, int]]:
+    """collective_rpc target: the distinct (W, S) this worker's sinks builders apply now."""
+    _, builders = _runner_and_builders(worker)
+    return sorted({(s.policy.window_tokens, s.policy.sink_tokens)
+                   for s in map(builder_setting, builders)})
 
 
 def set_sinks_in_engine_core(core, window_tokens: int, sink_tokens: int) -> dict:
     """Installed as `EngineCore.metronome_set_sinks` (a utility method the front end calls)."""
     from engine.sinks.spec import SinkWindowManager
 
-    LiveSetting(window_tokens, sink_tokens)  # validates before anything changes
+    # KVPolicy's rule (its one definition) on the two integers the utility call carried,
+    # before anything changes.
+    policy = KVPolicy("window", window_tokens, sink_tokens)
     coordinator = core.scheduler.kv_cache_manager.coordinator
     managers = [m for m in coordinator.single_type_managers
                 if isinstance(m, SinkWindowManager)]
@@ -140,11 +166,11 @@ def set_sinks_in_engine_core(core, window_tokens: int, sink_tokens: int) -> dict
     if problems:
         raise NotImplementedError(f"live W/S unsupported here: {problems[0]}")
     free_before = core.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
-    results = [m.set_policy(window_tokens, sink_tokens) for m in managers]
+    results = [m.set_policy(policy.window_tokens, policy.sink_tokens) for m in managers]
     carried = results[0]
     # One KV group per attention type: groups of the same spec hold the same blocks layout.
     assert all(r == carried for r in results), "KV groups disagree on what requests hold"
     # The workers (not this process) build attention metadata.
-    core.collective_rpc(apply_in_worker, args=(window_tokens, sink_tokens, carried))
+    core.collective_rpc(apply_in_worker, args=(policy, carried))
     freed = core.scheduler.kv_cache_manager.block_pool.get_num_free_blocks() - free_before
     return {"freed_blocks": int(freed), "carried_requests": len(carried)}

@@ -1,25 +1,27 @@
 """`vllm.general_plugins` entry point: wires sinks + window KV into every vLLM process.
 
-vLLM runs general plugins once per process (front end, engine core, workers). `register` does
-nothing at all unless this process's engine asks for sinks (METRONOME_WINDOW_TOKENS set): an
-unbounded run loads no sinks code and touches no vLLM internals, so it cannot be broken by
-them. With sinks it checks that this is the vLLM version the plugin was tested with
-(`engine.sinks.support`), then installs, idempotently:
+vLLM runs general plugins once per process (front end, engine core, workers), before it hands
+any engine's configuration to them, so `register` cannot know which engine it will serve: it
+installs hooks that each read the mode from the `VllmConfig` vLLM hands them
+(`engine.sinks.config.policy_in`: the `metronome_sinks` entry of `additional_config`, which
+travels pickled with the config to every process) and pass through when it is absent. An
+unbounded engine's config has no entry, so its KV spec stays vLLM's FullAttentionSpec, no
+builder compacts and no group is checked: vLLM's own path, unchanged. On a vLLM version the
+plugin was not tested with (`engine.sinks.support`) nothing is installed; the front end
+refuses a sinks engine there before it starts. Installed, idempotently:
 
 1. the KV-spec registry learns SinkWindowSpec → SinkWindowManager (engine core: the scheduler's
    KV manager frees the gap blocks);
-2. `Attention.get_kv_cache_spec` returns a SinkWindowSpec for full-attention decoder layers
-   while METRONOME_WINDOW_TOKENS / METRONOME_SINK_TOKENS are set (read at call time, so several
-   engines in one process each see their own engine's setting);
+2. `Attention.get_kv_cache_spec` returns a SinkWindowSpec for full-attention decoder layers of
+   an engine whose config asks for sinks (so several engines in one process each keep theirs);
 3. the CPU builder (on CPU) or the FlashAttention builder (on CUDA) compacts block tables for
    groups whose spec is a SinkWindowSpec, and is a pass-through for every other group;
-4. every sinks attention group is checked as its builders are made: a backend whose builder
-   was not wrapped is refused before the first step (it would read freed blocks);
+4. every sinks attention group is checked as its builders are made (a backend whose builder
+   was not wrapped is refused before the first step: it would read freed blocks), and each of
+   its builders gets the W and S it applies (`engine.sinks.live`: their one source in the
+   worker from then on, replaced by live changes);
 5. live W/S (`engine.sinks.live`): `EngineCore.metronome_set_sinks`, a utility method the
-   front end calls.
-
-vLLM loads plugins once per process, so a process that starts an in-process engine after an
-unbounded one calls `register()` itself (the vLLM backend does, before each sinks engine).
+   front end calls, and `EngineCore.metronome_sinks_in_workers`, what the workers apply.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 
-from engine.sinks.env import configured
+from engine.sinks.config import policy_in
 
 logger = logging.getLogger(__name__)
 
@@ -35,11 +37,14 @@ _MARK = "_metronome_sinks"
 
 
 def register() -> None:
-    if configured() is None:
-        return
     from engine.sinks import support
 
-    support.check_vllm_version()
+    try:
+        support.check_vllm_version()
+    except support.SinksUnsupported as exc:
+        # Not an error here: this process may only ever serve unbounded engines.
+        logger.info("sinks + window hooks not installed: %s", exc)
+        return
 
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
     from vllm.v1.kv_cache_interface import FullAttentionSpec
@@ -62,11 +67,24 @@ def _already(obj, name: str) -> bool:
     return getattr(getattr(obj, name), _MARK, False)
 
 
-def _patch_attention_spec() -> None:
-    from vllm.model_executor.layers.attention.attention import Attention
+def sinks_spec(spec, vllm_config):
+    """The KV spec a layer of the engine `vllm_config` belongs to gets: a SinkWindowSpec when
+    its config asks for sinks + window and the layer is plain full attention, else vLLM's."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
     from engine.sinks.spec import from_full
+
+    policy = policy_in(vllm_config)
+    # Only plain full attention turns into sinks + window (exact type: subclasses such as
+    # MLA or R-SWA carry their own semantics; a native sliding window keeps its own path).
+    if policy is None or type(spec) is not FullAttentionSpec:
+        return spec
+    return from_full(spec, policy.window_tokens, policy.sink_tokens,
+                     vllm_config.max_in_flight_tokens)
+
+
+def _patch_attention_spec() -> None:
+    from vllm.model_executor.layers.attention.attention import Attention
 
     if _already(Attention, "get_kv_cache_spec"):
         return
@@ -74,14 +92,7 @@ def _patch_attention_spec() -> None:
 
     @functools.wraps(original)
     def get_kv_cache_spec(self, vllm_config):
-        spec = original(self, vllm_config)
-        setting = configured()
-        # Only plain full attention turns into sinks + window (exact type: subclasses such as
-        # MLA or R-SWA carry their own semantics; a native sliding window keeps its own path).
-        if setting is None or type(spec) is not FullAttentionSpec:
-            return spec
-        window, sinks = setting
-        return from_full(spec, window, sinks, vllm_config.max_in_flight_tokens)
+        return sinks_spec(original(self, vllm_config), vllm_config)
 
     setattr(get_kv_cache_spec, _MARK, True)
     Attention.get_kv_cache_spec = get_kv_cache_spec
@@ -97,16 +108,13 @@ def _compacting(original):
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
         spec = self.kv_cache_spec
         if isinstance(spec, SinkWindowSpec):
-            # A live change overrides the spec's start-up values (see engine.sinks.live).
-            setting = getattr(self, live.BUILDER_ATTR, None)
-            if setting is None:
-                window, sinks, frontier = spec.window_tokens, spec.sink_blocks, 0
-            else:
-                window = setting.window_tokens
-                sinks, frontier = live.row_carry(setting, common_attn_metadata.num_reqs,
-                                                 -(-setting.sink_tokens // spec.block_size))
-            common_attn_metadata = compact(common_attn_metadata, window, sinks,
-                                           spec.block_size, frontier)
+            # The builder's setting is W and S's one source in the worker: the start values
+            # when the builder was made, each live change's after (see engine.sinks.live).
+            setting = live.builder_setting(self)
+            sinks, frontier = live.row_carry(setting, common_attn_metadata.num_reqs,
+                                             -(-setting.policy.sink_tokens // spec.block_size))
+            common_attn_metadata = compact(common_attn_metadata, setting.policy.window_tokens,
+                                           sinks, spec.block_size, frontier)
             # A shared prefix across requests (cascade attention) is computed on the
             # uncompacted tables; prefix caching is off for sessions, so it is 0 anyway.
             common_prefix_len = 0
@@ -182,8 +190,9 @@ def _patch_flash_builder() -> None:
 
 
 def check_groups(groups) -> None:
-    """Refuse, in the worker, any sinks attention group that would not run exactly."""
-    from engine.sinks import support
+    """Refuse, in the worker, any sinks attention group that would not run exactly; give each
+    builder of the others the start W and S of its spec."""
+    from engine.sinks import live, support
     from engine.sinks.spec import SinkWindowSpec
 
     for group in groups:
@@ -197,6 +206,7 @@ def check_groups(groups) -> None:
             # The runner reuses one group's metadata for another group of the same spec by
             # swapping in that group's (uncompacted) block table; sinks groups always build.
             builder.supports_update_block_table = False
+            live.start_builder(builder)
 
 
 def _patch_group_check() -> None:
@@ -219,7 +229,7 @@ def _patch_group_check() -> None:
 
 
 def _patch_live_setting() -> None:
-    """Live W/S: the engine core's utility method (the workers' side is installed by the first
+    """Live W/S: the engine core's utility methods (the workers' side is installed by the first
     change itself, see `live.apply_in_worker`)."""
     from vllm.v1.engine.core import EngineCore
 
@@ -230,3 +240,8 @@ def _patch_live_setting() -> None:
             return live.set_sinks_in_engine_core(self, window_tokens, sink_tokens)
 
         EngineCore.metronome_set_sinks = metronome_set_sinks
+    if not hasattr(EngineCore, "metronome_sinks_in_workers"):
+        def metronome_sinks_in_workers(self) -> list:
+            return self.collective_rpc(live.setting_in_worker)
+
+        EngineCore.metronome_sinks_in_workers = metronome_sinks_in_workers

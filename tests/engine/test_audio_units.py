@@ -8,7 +8,7 @@ import pytest
 from engine.audio_input import (audio_input, entry_point_refusal, is_audio_model,
                                 undriven_refusal)
 from engine.audio_model import build_audio_tiny
-from engine.audio_plugin import MEL_FRAMES_ENV, configured, version_refusal
+from engine.audio_plugin import config_entry, mel_frames_in, version_refusal
 from engine.contract import check_frame
 from engine.models import build_tiny
 from load_gen import input_feed
@@ -61,14 +61,17 @@ def test_the_frame_check_takes_whole_audio_frames():
         check_frame([1, 2], 1, 100, [np.zeros(8)])
 
 
-def test_the_plugin_is_inert_unless_asked_and_checks_what_it_is_asked(monkeypatch):
-    monkeypatch.delenv(MEL_FRAMES_ENV, raising=False)
-    assert configured() is None
-    monkeypatch.setenv(MEL_FRAMES_ENV, "8")
-    assert configured() == 8
-    monkeypatch.setenv(MEL_FRAMES_ENV, "7")
-    with pytest.raises(ValueError, match="=7 must be an even number"):
-        configured()
+def test_the_plugin_is_inert_unless_asked_and_checks_what_it_is_asked():
+    from types import SimpleNamespace
+
+    def config(extra):
+        return SimpleNamespace(additional_config=extra)
+
+    assert mel_frames_in(config({})) is None
+    assert mel_frames_in(config({"metronome_sinks": {}})) is None
+    assert mel_frames_in(config(config_entry(8))) == 8
+    with pytest.raises(ValueError, match="'mel_frames': 7}: mel_frames must be an even"):
+        mel_frames_in(config(config_entry(7)))
 
 
 def test_another_vllm_is_refused_in_one_line():

@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.contract import KVPolicy
 from engine.models import build_tiny
-from engine.sinks import SINK_TOKENS_ENV, WINDOW_TOKENS_ENV
+from engine.sinks import additional_config
 from engine.sinks.compaction import kept_key_mask
-from engine.sinks.plugin import register
 from engine.vllm_backend import cuda_available
 from test_sinks_vllm import (BS, CHUNK, CONFIGS, decode_peak_blocks, prompt,  # noqa: F401
                              reference_logprobs, reference_model)
@@ -98,15 +98,13 @@ def cuda_logprobs(prompt):  # noqa: F811 - the fixture imported from test_sinks_
         from vllm.inputs import TokensPrompt
 
         for window, sinks in CONFIGS:
-            mp.setenv(WINDOW_TOKENS_ENV, str(window))
-            mp.setenv(SINK_TOKENS_ENV, str(sinks))
-            register()
             # fp16 rather than the CPU test's fp32: FlashAttention has no fp32 kernels.
             llm = LLM(model=str(build_tiny(0)), dtype="float16", block_size=BS,
                       enforce_eager=True, enable_prefix_caching=False,
                       attention_backend="FLASH_ATTN", max_num_batched_tokens=CHUNK,
                       max_num_seqs=8, num_gpu_blocks_override=64, max_model_len=2048,
-                      gpu_memory_utilization=0.2, seed=0)
+                      gpu_memory_utilization=0.2, seed=0,
+                      additional_config=additional_config(KVPolicy("window", window, sinks)))
             builders = llm.collective_rpc(_sinks_builders)
             out = llm.generate([TokensPrompt(prompt_token_ids=prompt)],
                                SamplingParams(max_tokens=1, prompt_logprobs=0))[0]
@@ -149,8 +147,6 @@ def test_decode_step_time_sinks_vs_native_sliding_window(monkeypatch):
     from benchmarks.sinks_decode import BATCHES, measure
 
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    monkeypatch.setenv(WINDOW_TOKENS_ENV, "0")  # restored after: measure() sets them
-    monkeypatch.setenv(SINK_TOKENS_ENV, "0")
     model = str(build_tiny(0))
     plain = measure(model, sinks=False, reps=3)
     torch.cuda.empty_cache()

@@ -5,25 +5,20 @@
 - the FlashAttention builder, driven with vLLM's real builder and metadata classes on CPU,
   reads exactly the kept keys through its compacted block table;
 - every field of the metadata classes is classified; a new one stops the wrap;
-- one vLLM version: a mismatch is one line; without sinks the plugin loads nothing.
+- one vLLM version: a mismatch is one line; without sinks in its config an engine keeps
+  vLLM's own KV spec.
 """
 
 import dataclasses
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from engine.sinks import SINK_TOKENS_ENV, WINDOW_TOKENS_ENV
 from engine.sinks.compaction import kept_key_mask, split_rows
 
 BS = 32
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _table(num_reqs: int, width: int) -> torch.Tensor:
@@ -33,43 +28,42 @@ def _table(num_reqs: int, width: int) -> torch.Tensor:
 
 # --- without sinks, nothing; with them, the tested vLLM only ------------------------------------
 
-def test_without_sinks_register_loads_no_sinks_code_and_no_vllm():
-    code = """
-import json, sys
-from engine.sinks.plugin import register
-register()
-direct = sorted(m for m in sys.modules if m.startswith(("engine.sinks", "vllm")))
-from vllm.plugins import load_general_plugins
-load_general_plugins()  # what every vLLM process does: runs the installed entry point
-print(json.dumps({"direct": direct,
-                  "plugin": sys.modules["engine.sinks.plugin"].__file__,
-                  "sinks": sorted(m for m in sys.modules if m.startswith("engine.sinks")),
-                  "internals": [m for m in ("vllm.v1.kv_cache_spec_registry",
-                                            "vllm.v1.attention.backends.cpu_attn",
-                                            "vllm.v1.attention.backends.flash_attn")
-                                if m in sys.modules]}))
-"""
-    env = {k: v for k, v in os.environ.items() if k not in (WINDOW_TOKENS_ENV, SINK_TOKENS_ENV)}
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
-    # The mode is read from the environment (env: os only), and no vLLM at all.
-    assert seen["direct"] == ["engine.sinks", "engine.sinks.env", "engine.sinks.plugin"]
-    assert Path(seen["plugin"]).resolve().is_relative_to(ROOT)  # this checkout's plugin ran
-    assert seen["sinks"] == ["engine.sinks", "engine.sinks.env", "engine.sinks.plugin"]
-    assert seen["internals"] == []
+def test_the_hooks_pass_through_for_an_engine_without_sinks(specs):
+    """vLLM loads plugins before it hands out any engine's config, so the hooks are installed
+    in every process; an engine whose config has no sinks entry keeps vLLM's own spec (and so
+    no builder compacts and no group is checked for it)."""
+    from types import SimpleNamespace
+
+    from vllm.model_executor.layers.attention.attention import Attention
+
+    from engine.sinks.plugin import register, sinks_spec
+    from engine.sinks.spec import SinkWindowSpec
+
+    register()
+    hook = Attention.get_kv_cache_spec
+    register()  # idempotent: vLLM loads plugins in each of its processes, tests call it too
+    assert Attention.get_kv_cache_spec is hook and hook.__wrapped__ is not hook
+
+    def config(extra):
+        return SimpleNamespace(additional_config=extra, max_in_flight_tokens=64)
+
+    full, _ = specs
+    assert sinks_spec(full, config({})) is full
+    assert sinks_spec(full, config({"other": 1})) is full
+    spec = sinks_spec(full, config({"metronome_sinks": {"window_tokens": 128,
+                                                        "sink_tokens": 32}}))
+    assert isinstance(spec, SinkWindowSpec)
+    assert (spec.window_tokens, spec.sink_tokens, spec.block_size) == (128, 32, BS)
 
 
 def test_a_mismatched_vllm_is_refused_in_one_line(monkeypatch):
     from engine.sinks import support
     from engine.sinks.plugin import register
 
-    monkeypatch.setenv(WINDOW_TOKENS_ENV, "128")
-    monkeypatch.setenv(SINK_TOKENS_ENV, "32")
     monkeypatch.setattr(support, "installed_vllm_version", lambda: "0.33.1")
+    register()  # installs nothing, refuses nothing: this process may serve only unbounded KV
     with pytest.raises(support.SinksUnsupported) as err:
-        register()
+        support.check_vllm_version()  # what the front end asks before a sinks engine starts
     message = str(err.value)
     assert "\n" not in message and "0.33.1" in message and "vllm==0.32.0" in message
     support.check_vllm_version("0.32.0+cu129")  # a local build tag of the tested release
@@ -81,8 +75,6 @@ def test_the_cli_shows_a_mismatched_vllm_as_one_line(monkeypatch, tmp_path, caps
     from cli.main import main
     from engine.sinks import support
 
-    monkeypatch.setenv(WINDOW_TOKENS_ENV, "0")  # restored after: the engine sets it
-    monkeypatch.setenv(SINK_TOKENS_ENV, "0")
     monkeypatch.setattr(support, "installed_vllm_version", lambda: "0.31.0")
     code = main(["run", "--engine", "vllm", "--policy", "window", "--window", "128",
                  "--sinks", "32", "--pool-blocks", "64", "--sessions", "1", "--duration", "1",
@@ -307,11 +299,16 @@ def flash_builder():
     assert wrap_builder(Builder, FlashAttentionMetadata, FLASH_ATTN_FIELDS) is None
 
     def make(spec):
+        from engine.sinks.live import start_builder
+        from engine.sinks.spec import SinkWindowSpec
+
         builder = object.__new__(Builder)
         vars(builder).update(kv_cache_spec=spec, aot_schedule=False, aot_sliding_window=None,
                              use_full_cuda_graph=False, max_cudagraph_size=None,
                              dcp_world_size=1, rswa_window=None,
                              mm_prefix_query_ranges_np=None)
+        if isinstance(spec, SinkWindowSpec):  # what the group check does as builders are made
+            start_builder(builder)
         return builder
 
     return make, FlashAttentionMetadata

@@ -297,22 +297,59 @@ def test_compaction_recuts_every_per_request_field(vllm_parts):
         compact(common.replace(rswa_prefix_lens=lens), 128, 1, BS)
 
 
-def test_sink_env_round_trip(monkeypatch):
-    from engine.sinks import apply_env, configured, sink_env
+def test_the_sinks_mode_travels_in_the_engine_config_not_the_environment():
+    import json
+    import os
+    from pathlib import Path
+    from types import SimpleNamespace
 
-    apply_env(sink_env(128, 32))
-    assert configured() == (128, 32)
-    apply_env(sink_env(128, 0))
-    assert configured() == (128, 0)  # a window without sinks still runs the mode (live W/S)
-    apply_env(sink_env(None, 0))
-    assert configured() is None
-    monkeypatch.setenv("METRONOME_WINDOW_TOKENS", "64")
-    monkeypatch.setenv("METRONOME_SINK_TOKENS", "0")
-    assert configured() == (64, 0)  # the mode with a block-granular window and no sinks
-    for sinks in ("64", "100", "-1"):  # 0 ≤ S < W
-        monkeypatch.setenv("METRONOME_SINK_TOKENS", sinks)
-        with pytest.raises(ValueError):
-            configured()
+    from engine.config import EngineConfig
+    from engine.contract import KVPolicy
+    from engine.sinks import KEY, additional_config, policy_in
+    from engine.vllm_args import engine_args
+
+    def config(extra):
+        return SimpleNamespace(additional_config=extra)
+
+    for window, sinks in ((128, 32), (128, 0)):  # a window without sinks still runs the mode
+        extra = additional_config(KVPolicy("window", window, sinks))
+        json.dumps(extra, sort_keys=True)  # vLLM hashes it as JSON into its compile cache key
+        assert policy_in(config(extra)) == KVPolicy("window", window, sinks)
+    assert additional_config(KVPolicy()) == {} and policy_in(config({})) is None
+    for sinks in (128, 200, -1):  # 0 ≤ S < W, KVPolicy's rule, naming the entry
+        with pytest.raises(ValueError, match=f"additional_config\\['{KEY}'\\]"):
+            policy_in(config({KEY: {"window_tokens": 128, "sink_tokens": sinks}}))
+    # The engine arguments carry it (beside an operator's own entries, never instead of W/S).
+    cfg = EngineConfig(pool_blocks=64, policy=KVPolicy("window", 128, 32),
+                       vllm_args=(("additional_config", {"other": 1}),))
+    args = engine_args(cfg, "m", 1024, on_cpu=True)
+    assert args["additional_config"] == {KEY: {"window_tokens": 128, "sink_tokens": 32},
+                                         "other": 1}
+    assert "additional_config" not in engine_args(EngineConfig(), "m", 1024, on_cpu=True)
+    with pytest.raises(ValueError, match="--window W --sinks S"):
+        engine_args(EngineConfig(vllm_args=(("additional_config", {KEY: {}}),)), "m", 1024,
+                    on_cpu=True)
+    # Nothing between the runtime and vLLM's processes reads or writes W/S in the environment.
+    root = Path(__file__).resolve().parents[2]
+    for path in (root / "engine").rglob("*.py"):
+        text = path.read_text()
+        for old in ("METRONOME_WINDOW_TOKENS", "METRONOME_SINK_TOKENS",
+                    "METRONOME_AUDIO_MEL_FRAMES"):
+            assert old not in text, f"{path.relative_to(root)} names {old}"
+    assert not [k for k in os.environ if k.startswith(("METRONOME_WINDOW", "METRONOME_SINK_T"))]
+
+
+def test_a_policy_has_one_label_and_reads_back_from_it():
+    from engine.contract import KVPolicy
+
+    for policy, label in ((KVPolicy(), "unbounded"),
+                          (KVPolicy("window", 128, 32), "window W=128 S=32"),
+                          (KVPolicy("window", 64), "window W=64 S=0")):
+        assert policy.label == label and KVPolicy.from_label(label) == policy
+    with pytest.raises(ValueError, match="must be smaller than the window"):
+        KVPolicy.from_label("window W=64 S=64")  # read back through the one check
+    with pytest.raises(ValueError, match="'bounded' is not 'unbounded' or 'window W="):
+        KVPolicy.from_label("bounded")
 
 
 def test_workers_that_cannot_follow_a_change_are_found_before_anything_moves():
@@ -329,7 +366,9 @@ def test_a_named_runner_gives_builders_each_rows_carry_during_its_build_only():
     from engine.sinks.live import Carried, LiveSetting, row_carry
     from engine.sinks.rows import name_batch_rows, row_req_ids
 
-    setting = LiveSetting(128, 32, {"b": Carried(0, 9)})
+    from engine.contract import KVPolicy
+
+    setting = LiveSetting(KVPolicy("window", 128, 32), {"b": Carried(0, 9)})
     seen = []
 
     class Runner:

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 
+from engine.contract import KVPolicy
 from engine.models import build_tiny
-from engine.sinks import SINK_TOKENS_ENV, WINDOW_TOKENS_ENV
+from engine.sinks import additional_config
 from engine.sinks.compaction import kept_key_mask
-from engine.sinks.plugin import register
 
 pytestmark = pytest.mark.vllm
 
@@ -75,7 +75,7 @@ def decode_peak_blocks(llm, prompt, n_new: int) -> int:
 def in_process(prompt):
     """What the module's in-process engine computed: {"logprobs": vllm_logprobs's, "live":
     live_logprobs's}. One engine (a start is ~5 s; once per setting was 7 starts): it starts
-    with CONFIGS[0] from the environment, as every windowed engine does, and each later setting
+    with CONFIGS[0] in its config, as every windowed engine does, and each later setting
     is applied with the engine core's live change while no request runs, so the requests after
     it use it whole (engine.sinks.live). Shut down before the runtime tests below start theirs."""
     import gc
@@ -83,15 +83,13 @@ def in_process(prompt):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # LLM in-process: the plugin runs here
         mp.setenv("OMP_NUM_THREADS", "1")
-        mp.setenv(WINDOW_TOKENS_ENV, str(CONFIGS[0][0]))
-        mp.setenv(SINK_TOKENS_ENV, str(CONFIGS[0][1]))
-        register()  # vLLM loads plugins once per process: maybe before, without sinks
         from vllm import LLM
 
         llm = LLM(model=str(build_tiny(0)), dtype="float32", block_size=BS,
                   enforce_eager=True, enable_prefix_caching=False, async_scheduling=False,
                   max_num_batched_tokens=CHUNK, max_num_seqs=8, num_gpu_blocks_override=64,
-                  max_model_len=2048, gpu_memory_utilization=0.3, seed=0)
+                  max_model_len=2048, gpu_memory_utilization=0.3, seed=0,
+                  additional_config=additional_config(KVPolicy("window", *CONFIGS[0])))
         try:
             return {"logprobs": _logprobs(llm, prompt), "live": _live(llm)}
         finally:
@@ -109,8 +107,10 @@ def _set_idle(llm, window: int, sinks: int) -> None:
     core = _core(llm)
     assert not core.scheduler.requests
     manager = core.scheduler.kv_cache_manager.coordinator.single_type_managers[0]
-    if (manager.window_tokens, manager.sink_tokens) != (window, sinks):  # the first: from env
+    if (manager.window_tokens, manager.sink_tokens) != (window, sinks):  # the first: config
         core.metronome_set_sinks(window, sinks)
+    # What the workers build attention metadata with: the start config, or the change.
+    assert core.metronome_sinks_in_workers() == [[(window, sinks)]]
 
 
 @pytest.fixture(scope="module")
@@ -277,3 +277,20 @@ def test_sinks_run_never_stalls_and_stays_within_the_block_bound(sinks_run):
     occ = occupancy(st.cursor(), s["run_id"])
     assert occ.used_blocks.max() <= LOAD["sessions"] * per_session, occ.used_blocks.max()
     assert s["frames"] >= LOAD["sessions"] * 20  # each session lived well past W + S tokens
+
+
+def test_a_live_change_is_what_the_workers_apply_and_no_environment_carries_w(vllm_engines):
+    """The engine's W and S reached its spawned processes in vLLM's config (no environment
+    variable); after a live change the workers build attention metadata with the new values."""
+    import os
+
+    from runtime import RunConfig
+
+    engine = vllm_engines.get(RunConfig(**LOAD))  # sinks_run's engine (the key has no period)
+    assert not [k for k in os.environ if k.startswith(("METRONOME_WINDOW", "METRONOME_SINK_T"))]
+    assert engine.sinks_in_workers() == [[(128, 32)]]
+    try:
+        engine.begin_policy_change(KVPolicy("window", 64, 0)).result(timeout=60)
+        assert engine.sinks_in_workers() == [[(64, 0)]]
+    finally:
+        engine.begin_policy_change(KVPolicy("window", 128, 32)).result(timeout=60)
