@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from control.limits import Limit, check_target, make_limit
 from engine.contract import Engine, KVPolicy
 from runtime.config import RunConfig
-from runtime.live_settings import LIVE_KEYS, LiveState, on_off, policy_text
+from runtime.live_settings import LIVE_KEYS, LiveState, on_off
 from runtime.record import Recorder
 
 logger = logging.getLogger(__name__)
@@ -40,13 +40,13 @@ KEYS = (*LIVE_KEYS, "limit_params")  # limit_params: the settings of a new `limi
 def policy_change_text(old: KVPolicy, new: KVPolicy) -> str:
     """How a chart rule and the run header name a KV change: "W 128 → 32", "S 16 → 0"."""
     if old.kind != new.kind:
-        return f"{policy_text(old)} → {policy_text(new)}"
+        return f"{old.label} → {new.label}"
     parts = []
     if old.window_tokens != new.window_tokens:
         parts.append(f"W {old.window_tokens} → {new.window_tokens}")
     if old.sink_tokens != new.sink_tokens:
         parts.append(f"S {old.sink_tokens} → {new.sink_tokens}")
-    return ", ".join(parts) or f"{policy_text(new)} (unchanged)"
+    return ", ".join(parts) or f"{new.label} (unchanged)"
 
 
 @dataclass
@@ -105,7 +105,7 @@ class LiveChanges:
             if refusal:
                 raise ValueError(refusal)
             queued.append(("policy", policy))
-            done.append(f"KV policy {policy_text(old)} → {policy_text(policy)}")
+            done.append(f"KV policy {old.label} → {policy.label}")
         if "target" in change:
             target = check_target(change["target"])
             queued.append(("target", target))
@@ -217,7 +217,7 @@ class LiveChanges:
             self._on_policy()
         # requested_t: the tick that started it; t (the event's): the tick that saw it done.
         self._record("policy", {
-            "old": policy_text(old), "new": policy_text(policy),
+            "old": old.label, "new": policy.label,
             "change": policy_change_text(old, policy),
             "requested_t": round(pending.requested_t, 3),
             "confirm_ms": round(((pending.confirmed_perf_s or [time.perf_counter()])[0]
@@ -226,6 +226,6 @@ class LiveChanges:
 
     def _rejected(self, policy: KVPolicy, reason: str, t_rel: float) -> None:
         # The run goes on with the old policy; the operator sees why.
-        logger.warning("KV policy change to %s failed: %s", policy_text(policy), reason)
+        logger.warning("KV policy change to %s failed: %s", policy.label, reason)
         self.recorder.event(t_rel, "param_rejected", setting="policy",
-                            new=policy_text(policy), reason=reason)
+                            new=policy.label, reason=reason)

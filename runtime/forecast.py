@@ -103,8 +103,7 @@ def forecast(config: RunConfig, seeds: int = 200, cost=None,
         store.close()
     stalls = [s["stall_at_s"] for s in summaries if s["stalled"]]
     low, high = wilson_interval(len(stalls), seeds)
-    policy = "unbounded" if base.policy == "unbounded" else \
-        f"window W={base.window} S={base.sinks}"
+    policy = base.kv_policy().label
     result = CollapseForecast(
         policy, seeds, len(stalls), sum(1 for s in summaries if s.get("partial_stall")), low,
         high, statistics.median(stalls) if stalls else None,

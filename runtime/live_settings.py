@@ -11,7 +11,7 @@ Shape:
                                                    the windowed limit read it here (the owner)
 
 The engine keeps its own KV policy (it applies it); `policy` here is what the run confirmed,
-swapped when the engine says a change is in.
+swapped when the engine says a change is in. Its label is KVPolicy.label, the one spelling.
 """
 
 from __future__ import annotations
@@ -25,13 +25,6 @@ from engine.contract import KVPolicy
 # What an operator, a schedule or `--change` may move while a run runs; `limit_params` goes
 # with `limit` (the new limit's own settings).
 LIVE_KEYS = ("window", "sinks", "policy", "target", "limit", "stall_guard")
-
-
-def policy_text(policy: KVPolicy) -> str:
-    """How every view names a KV policy: "unbounded", "window W=256 S=16"."""
-    if policy.kind == "unbounded":
-        return "unbounded"
-    return f"window W={policy.window_tokens} S={policy.sink_tokens}"
 
 
 def on_off(flag: bool) -> str:
@@ -58,7 +51,7 @@ class LiveSettings:
 
     @property
     def policy_label(self) -> str:
-        return policy_text(self.policy)
+        return self.policy.label
 
     def summary_values(self) -> dict:
         """The settings in force, as the run summary's `settings` reports them."""

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import pandas as pd
 
+from engine.contract import KVPolicy
 from runtime import RunConfig
 from store import rollup_marks
 
@@ -100,9 +101,15 @@ def plan(kind: str, base: RunConfig, window: int, sinks: int, repeats: int) -> l
 
 
 def policy_label(row: dict) -> str:
+    """A stored run's KV policy at its start, as KVPolicy names it."""
+    return row_policy(row).label
+
+
+def row_policy(row: dict) -> KVPolicy:
+    """The KV policy of a `runs` (or settings_history) row."""
     if row["policy"] == "window":
-        return f"window W={row['window_tokens']} S={row['sink_tokens']}"
-    return "unbounded"
+        return KVPolicy("window", int(row["window_tokens"]), int(row["sink_tokens"] or 0))
+    return KVPolicy()
 
 
 def collapse_table(rows: list[dict]) -> pd.DataFrame:

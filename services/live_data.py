@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from services import charts
+from services import charts, experiments
 from store import queries, rank_queries, rollup_marks, rollup_queries
 
 MAX_BUCKETS = 300  # points per chart: beyond this a browser redraw at 1 Hz gets slow
@@ -124,9 +124,7 @@ def engine_label(engine: str | None) -> str:
 
 
 def policy_text(row: dict) -> str:
-    if row["policy"] == "window":
-        return f"window W={row['window_tokens']} S={row['sink_tokens']}"
-    return str(row["policy"])
+    return experiments.policy_label(row)
 
 
 def run_label(row: dict) -> str:
