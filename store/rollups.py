@@ -30,6 +30,7 @@ import time
 
 import pandas as pd
 
+from store.batches import batch_of, columns_of
 from store.schema import ROLLUP_TABLES
 from store.stall_ends import OpenStalls
 
@@ -47,7 +48,6 @@ COMPACT_EVERY_S = 10.0
 # The t_sat mark's "made at the first tick where ρ reached this with a finite t_sat"
 # (store.queries.tsat_prediction's default), kept per bucket as tsat_made_t.
 TSAT_RHO_MADE = 0.5
-FRAME_SLICE = 2048  # rows per pandas call when a batch becomes a DataFrame (~5 ms of GIL)
 
 _COLUMNS = {  # the columns rollups read, typed as the tables declare them
     "frames": {"run_id": "VARCHAR", "session_id": "INTEGER", "t_submit": "DOUBLE",
@@ -212,15 +212,6 @@ def compact(con, run_id: str, since: float) -> None:
         raise
 
 
-def frame(rows: list[dict]) -> pd.DataFrame:
-    """The rows as a DataFrame, built FRAME_SLICE rows at a time: one pandas call holds the
-    GIL throughout (~2 µs a row), and the run's tick thread must not wait out 50k rows."""
-    if len(rows) <= FRAME_SLICE:
-        return pd.DataFrame(rows)
-    return pd.concat([pd.DataFrame(rows[i:i + FRAME_SLICE])
-                      for i in range(0, len(rows), FRAME_SLICE)], ignore_index=True)
-
-
 class Maintainer:
     """The writer thread's side: every batch in one transaction with what it changes in the
     rollups (frames, ticks) and in stall_ends (ticks, events); compaction now and then.
@@ -238,13 +229,13 @@ class Maintainer:
         raises what DuckDB raised, with none of them written."""
         if not rows:
             return
-        batch = frame(rows)
+        batch = batch_of(rows)
         con.register("_batch", batch)
         try:
             con.execute("BEGIN TRANSACTION")
             try:
                 con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch")
-                touched = insert_rollups(con, table, batch.columns) if table in ROLLED else {}
+                touched = insert_rollups(con, table, columns_of(batch)) if table in ROLLED else {}
                 stalls = (self._stalls.on_ticks(con, rows) if table == "ticks" else
                           self._stalls.on_events(con, rows) if table == "events" else [])
                 con.execute("COMMIT")
