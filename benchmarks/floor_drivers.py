@@ -93,15 +93,19 @@ def raw_frames(engine, sessions: int, frame_ms: float, duration_s: float, tokens
 
 
 class _Latencies:
-    """An observer: every frame row's latency (inf: censored or never submitted)."""
+    """An observer: every frame row's latency (inf: censored or never submitted) and how many
+    frames were skipped (never submitted: the engine still owed the session's previous frame,
+    a rule raw does not have: it queues every chunk)."""
 
     def __init__(self) -> None:
         self.ms: list[float] = []
+        self.skipped = 0
 
     def observe(self, table: str, row: dict) -> None:
         if table == "frames":
             latency = row["latency_ms"]
             self.ms.append(math.inf if latency is None else latency)
+            self.skipped += bool(row["skipped"])
 
 
 class _DroppingWriter:
@@ -148,4 +152,5 @@ def metronome_frames(engine, config, store, mode: str = "full") -> tuple[list[fl
         store.writer))
     latencies = _Latencies()
     summary = cls(config, engine, view, observers=[latencies]).run()
+    summary["skipped_rate"] = latencies.skipped / max(1, len(latencies.ms))
     return latencies.ms, summary

@@ -84,6 +84,7 @@ def measure(engine, base, store, sessions, modes, runs: int, out=print) -> list[
                 ours, summary = metronome_frames(engine, replace(base, sessions=n), store, mode)
                 rows.append({"run": run, "sessions": n, "driver": mode, "p50": pct(ours, 0.5),
                              "p95": pct(ours, 0.95), "silent": summary["silent_rate"] or 0.0,
+                             "skipped": summary["skipped_rate"],
                              "rows_lost": summary.get("store", {}).get("rows_lost")})
             line = " · ".join(f"{r['driver']} {_ms(r['p50'], base.budget)}/"
                               f"{_ms(r['p95'], base.budget)}"
@@ -95,7 +96,7 @@ def measure(engine, base, store, sessions, modes, runs: int, out=print) -> list[
 
 def table(rows: list[dict], budget: float, out=print) -> dict:
     """Medians over the runs per load and mode; returns the overall medians of the ratios."""
-    out("| sessions | driver | p50 (ms) | p95 (ms) | p50 ratio | p95 ratio | silent "
+    out("| sessions | driver | p50 (ms) | p95 (ms) | p50 ratio | p95 ratio | silent (skipped) "
         "| raw in budget, this not |")
     out("|---|---|---|---|---|---|---|---|")
     drivers = list(dict.fromkeys(r["driver"] for r in rows))
@@ -116,8 +117,9 @@ def table(rows: list[dict], budget: float, out=print) -> dict:
             ratios[driver]["p50"].append(r50)
             ratios[driver]["p95"].append(r95)
             miss = sum(raw[r["run"]]["p95"] <= budget < r["p95"] for r in mine)
+            skipped = statistics.median(r["skipped"] for r in mine)
             out(f"| {n} | {driver} | {_ms(p50, budget)} | {_ms(p95, budget)} | {r50:.2f} "
-                f"| {r95:.2f} | {silent:.1%} | {miss} of {len(mine)} runs |")
+                f"| {r95:.2f} | {silent:.1%} ({skipped:.1%}) | {miss} of {len(mine)} runs |")
     overall = {d: {q: round(statistics.median(v), 3) for q, v in r.items() if v}
                for d, r in ratios.items()}
     for driver, r in overall.items():
