@@ -170,16 +170,37 @@ def coarse_sql(table: str) -> str:
             f"GROUP BY ALL ORDER BY l.level_s, t")
 
 
-def insert_rollups(con, table: str, columns) -> dict[str, float]:
+def insert_rollups(con, table: str, columns,
+                   rows: list[dict] | None = None) -> dict[str, float]:
     """INSERT the rollup deltas of the registered `_batch` of `table` (inside the caller's
     transaction). Returns, per run in the batch, the earliest time it touched (for
-    `compact`)."""
+    `compact`): from `rows` (the batch's own dicts) where given, else by a query."""
     src = source(table, "_batch", set(columns))
     for rollup in ROLLED[table]:
         con.execute(delta_sql(rollup, src))
+    try:  # a statement less per batch: a DuckDB statement costs ~3 ms however few the rows
+        if rows is not None:
+            return _touched(rows, TIME[table])
+    except (TypeError, ValueError):  # a value Python does not take as DuckDB's cast does
+        pass
     touched = con.execute(f"SELECT run_id, min({TIME[table]}) FROM ({src}) "
                           "GROUP BY run_id").fetchall()
     return {run_id: t for run_id, t in touched if run_id is not None and t is not None}
+
+
+def _touched(rows: list[dict], column: str) -> dict[str, float]:
+    """Per run, the earliest `column` of the rows (NULL and NaN left out, as min() in SQL)."""
+    out: dict[str, float] = {}
+    for row in rows:
+        run_id, t = row.get("run_id"), row.get(column)
+        if run_id is None or t is None:
+            continue
+        t = float(t)
+        if t != t:  # NaN: NULL in the table (store/batches.py)
+            continue
+        run_id = str(run_id)
+        out[run_id] = min(t, out.get(run_id, t))
+    return out
 
 
 def rollback(con) -> None:
@@ -235,7 +256,8 @@ class Maintainer:
             con.execute("BEGIN TRANSACTION")
             try:
                 con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch")
-                touched = insert_rollups(con, table, columns_of(batch)) if table in ROLLED else {}
+                touched = (insert_rollups(con, table, columns_of(batch), rows)
+                           if table in ROLLED else {})
                 stalls = (self._stalls.on_ticks(con, rows) if table == "ticks" else
                           self._stalls.on_events(con, rows) if table == "events" else [])
                 con.execute("COMMIT")
