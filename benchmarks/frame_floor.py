@@ -1,118 +1,44 @@
-"""The floor under a frame, and how close Metronome's frame path gets to it (issue 25).
+"""The floor under a frame, and how close Metronome's frame path gets to it (issues 25, 39).
 
 One vLLM engine (the tiny model, this machine's dtype, the backend's own engine arguments) is
-started once; at 1, 2, 4 and 8 sessions, in one process tree and one run:
+started once; then, `--runs` times, at each load of `--sessions`: the raw driver, then
+Metronome in each `--modes` (benchmarks/floor_drivers.py: full, nostore, notick, bare),
+interleaved, so a ratio compares neighbours in time on a machine whose load moves.
 
-- raw: vLLM's own async API alone — N streaming-input requests (the API Metronome drives),
-  each appending `tokens_in` tokens every frame period and waiting for `tokens_out`, driven by
-  a bare asyncio loop on the engine's thread: no run loop, no store, no ticks;
-- metronome: the same load through `Runner` (sessions, recorder, telemetry, the DuckDB writer).
+Frame latency is submission to the last token, as the store records it. Printed: one line per
+run and load, then per load and mode the medians over the runs of p50 and p95 and of the
+per-run ratios to raw (a ratio pairs a run with the raw run just before it), the silent share,
+and whether raw kept the budget (p95 ≤ budget) where Metronome did not. Every figure
+docs/BENCHMARKS.md quotes is printed here. `--profile N` then samples this process with py-spy
+(GIL holders by thread, benchmarks/floor_profile.py) at N sessions, raw and each mode.
 
-Frame latency is submission to the last token, as the store records it. Printed: p50/p95 of
-each, the p50 ratio, and where Metronome's extra time goes, from timestamps on its handles:
-the hand-over from the run thread to the engine's loop (submit → the chunk reaching vLLM) and
-the engine time after it. Every figure docs/BENCHMARKS.md quotes is printed here.
-
-    .venv/bin/python benchmarks/frame_floor.py [--bind auto|0-1|nobind] [--duration 6]
+    .venv/bin/python benchmarks/frame_floor.py [--duration 6] [--runs 3] [--sessions 1 2 4 8]
+        [--modes full] [--frame-ms 80] [--bind auto|0-1|nobind] [--profile 4]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
+import math
 import os
 import statistics
 import sys
 import tempfile
-import time
+from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-SESSIONS = (1, 2, 4, 8)
-
-
-def pct(values: list[float], q: float) -> float:
-    """Nearest-rank percentile; inf (a frame never answered) sorts last."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+from floor_drivers import MODES, metronome_frames, pct, raw_frames  # noqa: E402
 
 
-async def _raw_session(llm, sid: int, frames: int, period_s: float, t0: float,
-                       tokens_in: int, tokens_out: int, vocab: int, out: list[float],
-                       first_out: list[float]) -> None:
-    from vllm import SamplingParams
-    from vllm.engine.protocol import StreamingInput
-    from vllm.inputs import TokensPrompt
-    from vllm.sampling_params import RequestOutputKind
-
-    params = SamplingParams(max_tokens=tokens_out, min_tokens=tokens_out, ignore_eos=True,
-                            temperature=0.0, output_kind=RequestOutputKind.DELTA)
-    submitted: list[float] = []
-
-    async def chunks():
-        for k in range(frames):
-            await asyncio.sleep(max(0.0, t0 + k * period_s - time.perf_counter()))
-            submitted.append(time.perf_counter())
-            ids = [(sid * 7919 + k * tokens_in + j) % vocab for j in range(tokens_in)]
-            yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=ids),
-                                 sampling_params=params)
-
-    done, first_seen = 0, False
-    async for result in llm.generate(chunks(), params, f"raw-{sid}-{time.monotonic_ns()}"):
-        completion = result.outputs[0] if result.outputs else None
-        if completion is None:
-            continue
-        if completion.token_ids and not first_seen:
-            first_out.append((time.perf_counter() - submitted[done]) * 1e3)
-            first_seen = True
-        if completion.finish_reason is not None:
-            out.append((time.perf_counter() - submitted[done]) * 1e3)
-            done, first_seen = done + 1, False
-    out.extend([float("inf")] * (frames - done))
-
-
-def raw_frames(engine, sessions: int, frame_ms: float, duration_s: float, tokens_in: int,
-               tokens_out: int) -> tuple[list[float], list[float]]:
-    """(frame latencies, first-token latencies) in ms of `sessions` raw streaming requests on
-    the engine's own loop."""
-    frames = int(duration_s * 1e3 / frame_ms)
-    out: list[float] = []
-    first: list[float] = []
-
-    async def drive():
-        t0 = time.perf_counter() + 0.05
-        await asyncio.gather(*(
-            _raw_session(engine._llm, sid, frames, frame_ms / 1e3, t0 + sid * 1e-3, tokens_in,
-                         tokens_out, engine.vocab_size, out, first) for sid in range(sessions)))
-
-    asyncio.run_coroutine_threadsafe(drive(), engine._loop).result(timeout=duration_s + 120)
-    return out, first
-
-
-def metronome_frames(engine, config, store) -> tuple[list[float], list[float], dict]:
-    """(frame latencies, first-token latencies) in ms of a Runner run, from the store."""
-    from runtime import Runner
-
-    summary = Runner(config, engine, store).run()
-    store.writer.flush()
-    rows = store.cursor().execute(
-        "SELECT coalesce(latency_ms, 'inf'::DOUBLE), (t_first - t_submit) * 1e3 FROM frames "
-        "WHERE run_id = ?", [summary["run_id"]]).fetchall()
-    return [r[0] for r in rows], [r[1] for r in rows if r[1] is not None], summary
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--frame-ms", type=float, default=80.0)
-    parser.add_argument("--duration", type=float, default=6.0)
-    parser.add_argument("--dtype", default=None, help="force vLLM's dtype (default: "
-                        "engine/dtype.py's choice for this machine)")
-    parser.add_argument("--bind", default=None,
-                        help="VLLM_CPU_OMP_THREADS_BIND for the engine (default: vLLM's auto)")
-    args = parser.parse_args()
-    if args.bind:
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = args.bind
+def start(frame_ms: float, duration_s: float, dtype: str | None, bind: str | None):
+    """(engine, base RunConfig, store) for a floor benchmark: the run defaults, unbounded."""
+    if bind:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     from runtime import RunConfig, make_engine
     from store import Store
@@ -120,35 +46,121 @@ def main() -> int:
     from engine.config import parse_vllm_args
 
     base = RunConfig(engine="vllm", model="tiny", policy="unbounded", pool_blocks=1024,
-                     frame_ms=args.frame_ms, duration_s=args.duration, load="fixed", sessions=1,
-                     vllm_args=parse_vllm_args([f"dtype={args.dtype}"] if args.dtype else []))
+                     frame_ms=frame_ms, duration_s=duration_s, load="fixed", sessions=1,
+                     vllm_args=parse_vllm_args([f"dtype={dtype}"] if dtype else []))
     engine = make_engine(base)
     store = Store(os.path.join(tempfile.mkdtemp(), "floor.duckdb"))
-    print(f"vLLM {engine.dtype} ({engine.dtype_reason}); "
-          f"VLLM_CPU_OMP_THREADS_BIND={os.environ.get('VLLM_CPU_OMP_THREADS_BIND', 'auto')}; "
-          f"{args.frame_ms:g} ms frames, {base.tokens_in} in / {base.tokens_out} out, "
-          f"{args.duration:g} s per run")
-    print("| sessions | raw p50 | raw p95 | metronome p50 | metronome p95 | p50 ratio "
-          "| first token p50 raw / metronome | silent (metronome) |")
-    print("|---|---|---|---|---|---|---|---|")
-    ratios = []
+    return engine, base, store
+
+
+def machine_line(engine) -> str:
+    load = os.getloadavg()
+    return (f"vLLM {engine.dtype} ({engine.dtype_reason}); VLLM_CPU_OMP_THREADS_BIND="
+            f"{os.environ.get('VLLM_CPU_OMP_THREADS_BIND', 'auto')}; load average "
+            f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {os.cpu_count()} CPUs")
+
+
+def _ms(x: float, budget: float) -> str:
+    return "> budget" if math.isinf(x) or x >= 10 * budget else f"{x:.1f}"
+
+
+def _ratio(a: float, b: float) -> float:
+    if math.isinf(a) and math.isinf(b):
+        return 1.0
+    return math.inf if b == 0 or math.isinf(a) else a / b
+
+
+def measure(engine, base, store, sessions, modes, runs: int, out=print) -> list[dict]:
+    """One row per run, load and driver: p50, p95, silent share, and (Metronome) rows lost."""
+    rows = []
+    for run in range(runs):
+        for n in sessions:
+            raw = raw_frames(engine, n, base.frame_ms, base.duration_s, base.tokens_in,
+                             base.tokens_out)
+            rows.append({"run": run, "sessions": n, "driver": "raw", "p50": pct(raw, 0.5),
+                         "p95": pct(raw, 0.95),
+                         "silent": sum(math.isinf(x) for x in raw) / max(1, len(raw))})
+            for mode in modes:
+                ours, summary = metronome_frames(engine, replace(base, sessions=n), store, mode)
+                rows.append({"run": run, "sessions": n, "driver": mode, "p50": pct(ours, 0.5),
+                             "p95": pct(ours, 0.95), "silent": summary["silent_rate"] or 0.0,
+                             "skipped": summary["skipped_rate"],
+                             "rows_lost": summary.get("store", {}).get("rows_lost")})
+            line = " · ".join(f"{r['driver']} {_ms(r['p50'], base.budget)}/"
+                              f"{_ms(r['p95'], base.budget)}"
+                              for r in rows if r["run"] == run and r["sessions"] == n)
+            out(f"run {run + 1} · {n} sessions · p50/p95 ms: {line} · load "
+                f"{os.getloadavg()[0]:.2f}")
+    return rows
+
+
+def table(rows: list[dict], budget: float, out=print) -> dict:
+    """Medians over the runs per load and mode; returns the overall medians of the ratios."""
+    out("| sessions | driver | p50 (ms) | p95 (ms) | p50 ratio | p95 ratio | silent (skipped) "
+        "| raw in budget, this not |")
+    out("|---|---|---|---|---|---|---|---|")
+    drivers = list(dict.fromkeys(r["driver"] for r in rows))
+    ratios: dict = {d: {"p50": [], "p95": []} for d in drivers if d != "raw"}
+    for n in sorted({r["sessions"] for r in rows}):
+        raw = {r["run"]: r for r in rows if r["sessions"] == n and r["driver"] == "raw"}
+        for driver in drivers:
+            mine = [r for r in rows if r["sessions"] == n and r["driver"] == driver]
+            p50 = statistics.median(r["p50"] for r in mine)
+            p95 = statistics.median(r["p95"] for r in mine)
+            silent = statistics.median(r["silent"] for r in mine)
+            if driver == "raw":
+                out(f"| {n} | raw | {_ms(p50, budget)} | {_ms(p95, budget)} | | | "
+                    f"{silent:.1%} | |")
+                continue
+            r50 = statistics.median(_ratio(r["p50"], raw[r["run"]]["p50"]) for r in mine)
+            r95 = statistics.median(_ratio(r["p95"], raw[r["run"]]["p95"]) for r in mine)
+            ratios[driver]["p50"].append(r50)
+            ratios[driver]["p95"].append(r95)
+            miss = sum(raw[r["run"]]["p95"] <= budget < r["p95"] for r in mine)
+            skipped = statistics.median(r["skipped"] for r in mine)
+            out(f"| {n} | {driver} | {_ms(p50, budget)} | {_ms(p95, budget)} | {r50:.2f} "
+                f"| {r95:.2f} | {silent:.1%} ({skipped:.1%}) | {miss} of {len(mine)} runs |")
+    overall = {d: {q: round(statistics.median(v), 3) for q, v in r.items() if v}
+               for d, r in ratios.items()}
+    for driver, r in overall.items():
+        out(f"{driver}: median over loads of the median ratios: p50 {r.get('p50')} · "
+            f"p95 {r.get('p95')}")
+    return overall
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frame-ms", type=float, default=80.0)
+    parser.add_argument("--duration", type=float, default=6.0)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--modes", nargs="+", default=["full"], choices=MODES)
+    parser.add_argument("--dtype", default=None, help="force vLLM's dtype (default: "
+                        "engine/dtype.py's choice for this machine)")
+    parser.add_argument("--bind", default=None,
+                        help="VLLM_CPU_OMP_THREADS_BIND for the engine (default: vLLM's auto)")
+    parser.add_argument("--profile", type=int, default=None, metavar="SESSIONS",
+                        help="then sample this process with py-spy at this load")
+    parser.add_argument("--json", default=None, help="also write the rows to this file")
+    args = parser.parse_args()
+    engine, base, store = start(args.frame_ms, args.duration, args.dtype, args.bind)
+    print(f"{machine_line(engine)}; {args.frame_ms:g} ms frames, {base.tokens_in} in / "
+          f"{base.tokens_out} out, {args.duration:g} s per run, {args.runs} run(s) "
+          f"interleaved", flush=True)
     try:
         raw_frames(engine, 1, args.frame_ms, 1.0, base.tokens_in, base.tokens_out)  # warm-up
-        for n in SESSIONS:
-            from dataclasses import replace
+        rows = measure(engine, base, store, args.sessions, args.modes, args.runs,
+                       out=lambda s: print(s, flush=True))
+        overall = table(rows, base.budget)
+        print(f"after: load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        if args.json:
+            Path(args.json).write_text(json.dumps({"rows": rows, "ratios": overall},
+                                                  default=str, indent=1))
+        if args.profile:
+            from floor_profile import profile_phases
 
-            raw, raw_first = raw_frames(engine, n, args.frame_ms, args.duration, base.tokens_in,
-                                        base.tokens_out)
-            ours, our_first, summary = metronome_frames(engine, replace(base, sessions=n), store)
-            ratio = pct(ours, 0.5) / pct(raw, 0.5)
-            ratios.append(ratio)
-
-            def ms(x):
-                return "> budget" if x == float("inf") or x >= 10 * args.frame_ms else f"{x:.1f}"
-            print(f"| {n} | {ms(pct(raw, 0.5))} | {ms(pct(raw, 0.95))} | {ms(pct(ours, 0.5))} "
-                  f"| {ms(pct(ours, 0.95))} | {ratio:.2f} | {ms(pct(raw_first, 0.5))} / "
-                  f"{ms(pct(our_first, 0.5))} | {summary['silent_rate']:.1%} |")
-        print(f"median p50 ratio over {len(ratios)} loads: {statistics.median(ratios):.2f}")
+            print(json.dumps(profile_phases(engine, base, store, args.profile, args.modes),
+                             indent=1))
     finally:
         engine.shutdown()
         store.close()

@@ -12,7 +12,7 @@ detection is here.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from control.placement import RankLoad
 from control.signals import FULL_OCCUPANCY, STALL_TICKS, OccupancyTracker
@@ -144,8 +144,10 @@ class Telemetry:
             "window_tokens": policy.window_tokens, "sink_tokens": policy.sink_tokens})
         if self.ranked:
             self._write_ranks(k, sample.t_rel, live_by_rank)
+        # vars(), not asdict(): asdict deep-copies every field, a tick's largest cost on the
+        # run thread while it holds the GIL (issue 39's profile); the fields are numbers.
         rec.writer.add_many("steps", [
-            {**asdict(step), "t": step.t - rec.t0, "run_id": rec.run_id}
+            {**vars(step), "t": step.t - rec.t0, "run_id": rec.run_id}
             for step in self.engine.drain_step_stats()])
 
     def _write_ranks(self, k: int, t_rel: float, live_by_rank: dict) -> None:

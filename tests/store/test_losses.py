@@ -42,12 +42,18 @@ class _FailingConnection:
         return self._con.register(name, df)
 
     def execute(self, sql, *args):
-        if sql.startswith("INSERT INTO ticks ") and (self._batch["tick"] >= 30).any():
+        if sql.startswith("INSERT INTO ticks ") and max(_values(self._batch, "tick")) >= 30:
             raise self._error
         return self._con.execute(sql, *args)
 
     def __getattr__(self, name):
         return getattr(self._con, name)
+
+
+def _values(batch, column) -> list:
+    """A column of the registered batch: an Arrow table's, or a DataFrame's (store/batches.py)."""
+    values = batch[column]
+    return values.to_pylist() if hasattr(values, "to_pylist") else values.tolist()
 
 
 def _ticks(store, run_id):

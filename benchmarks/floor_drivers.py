@@ -1,0 +1,156 @@
+"""The drivers of benchmarks/frame_floor.py and benchmarks/floor_capacity.py, on one engine.
+
+- `raw_frames`: vLLM's own async API alone: N streaming-input requests (the API Metronome
+  drives), each appending `tokens_in` tokens every frame period and waiting for `tokens_out`,
+  driven by a bare asyncio loop on the engine's thread: no run loop, no store, no ticks.
+- `metronome_frames`: the same load through `Runner`, with suspects switched off by `mode`
+  (MODES) so each one's share is measured, not guessed:
+    full     the product as it runs (sessions, recorder, telemetry, the DuckDB writer)
+    nostore  the writer drops bulk rows (frames, ticks, events, steps) before its queue: no
+             DataFrames, no DuckDB while the run runs (run rows still go through)
+    notick   the tick does nothing (no telemetry, control sample, tick row)
+    bare     nostore and notick: what is left is the run thread's frame path itself
+
+Frame latency is submission to the last token (`frames.latency_ms`); a frame with no answer
+by its finalisation, or never submitted, is +inf. Latencies are taken from an observer of the
+recorder's rows, so every mode reads them the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+MODES = ("full", "nostore", "notick", "bare")
+_BULK = frozenset({"frames", "ticks", "events", "steps", "rank_ticks"})
+
+
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile; inf (a frame never answered) sorts last; nan when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+async def _raw_session(llm, sid: int, frames: int, period_s: float, t0: float,
+                       tokens_in: int, tokens_out: int, vocab: int, out: list[float],
+                       first: list[float]) -> None:
+    from vllm import SamplingParams
+    from vllm.engine.protocol import StreamingInput
+    from vllm.inputs import TokensPrompt
+    from vllm.sampling_params import RequestOutputKind
+
+    params = SamplingParams(max_tokens=tokens_out, min_tokens=tokens_out, ignore_eos=True,
+                            temperature=0.0, output_kind=RequestOutputKind.DELTA)
+    submitted: list[float] = []
+
+    async def chunks():
+        for k in range(frames):
+            await asyncio.sleep(max(0.0, t0 + k * period_s - time.perf_counter()))
+            submitted.append(time.perf_counter())
+            ids = [(sid * 7919 + k * tokens_in + j) % vocab for j in range(tokens_in)]
+            yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=ids),
+                                 sampling_params=params)
+
+    done, first_seen = 0, False
+    async for result in llm.generate(chunks(), params, f"raw-{sid}-{time.monotonic_ns()}"):
+        completion = result.outputs[0] if result.outputs else None
+        if completion is None:
+            continue
+        if completion.token_ids and not first_seen:
+            first.append((time.perf_counter() - submitted[done]) * 1e3)
+            first_seen = True
+        if completion.finish_reason is not None:
+            out.append((time.perf_counter() - submitted[done]) * 1e3)
+            done, first_seen = done + 1, False
+    out.extend([math.inf] * (frames - done))
+    first.extend([math.inf] * (frames - len(first)))
+
+
+def raw_frames(engine, sessions: int, frame_ms: float, duration_s: float, tokens_in: int,
+               tokens_out: int, first: list[float] | None = None) -> list[float]:
+    """Frame latencies in ms of `sessions` raw streaming requests on the engine's own loop;
+    `first` (when given) gets each frame's first-token latency (inf: none)."""
+    frames = int(duration_s * 1e3 / frame_ms)
+    out: list[float] = []
+    first = [] if first is None else first
+
+    firsts: list[list[float]] = [[] for _ in range(sessions)]
+
+    async def drive():
+        t0 = time.perf_counter() + 0.05
+        await asyncio.gather(*(
+            _raw_session(engine._llm, sid, frames, frame_ms / 1e3, t0 + sid * 1e-3, tokens_in,
+                         tokens_out, engine.vocab_size, out, firsts[sid])
+            for sid in range(sessions)))
+
+    asyncio.run_coroutine_threadsafe(drive(), engine._loop).result(timeout=duration_s + 120)
+    for session_first in firsts:
+        first.extend(session_first)
+    return out
+
+
+class _Latencies:
+    """An observer: every frame row's latency (inf: censored or never submitted) and how many
+    frames were skipped (never submitted: the engine still owed the session's previous frame,
+    a rule raw does not have: it queues every chunk)."""
+
+    def __init__(self) -> None:
+        self.ms: list[float] = []
+        self.skipped = 0
+
+    def observe(self, table: str, row: dict) -> None:
+        if table == "frames":
+            latency = row["latency_ms"]
+            self.ms.append(math.inf if latency is None else latency)
+            self.skipped += bool(row["skipped"])
+
+
+class _DroppingWriter:
+    """The store's writer with bulk rows dropped before its queue (mode nostore)."""
+
+    def __init__(self, writer) -> None:
+        self._writer = writer
+        self.dropped = 0
+
+    def add(self, table: str, row: dict) -> None:
+        self.add_many(table, [row])
+
+    def add_many(self, table: str, rows: list[dict]) -> None:
+        if table in _BULK:
+            self.dropped += len(rows)
+        else:
+            self._writer.add_many(table, rows)
+
+    def __getattr__(self, name):
+        return getattr(self._writer, name)
+
+
+class _StoreView:
+    def __init__(self, store, writer) -> None:
+        self._store, self.writer = store, writer
+
+    def cursor(self):
+        return self._store.cursor()
+
+
+def metronome_frames(engine, config, store, mode: str = "full") -> tuple[list[float], dict]:
+    """(frame latencies in ms, the run's summary) of a Runner run in `mode` (MODES)."""
+    from runtime import Runner
+
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    cls = Runner
+    if mode in ("notick", "bare"):
+        class _NoTick(Runner):
+            def _on_tick(self, k: int, t_rel: float) -> None:
+                pass
+        cls = _NoTick
+    view = store if mode in ("full", "notick") else _StoreView(store, _DroppingWriter(
+        store.writer))
+    latencies = _Latencies()
+    summary = cls(config, engine, view, observers=[latencies]).run()
+    summary["skipped_rate"] = latencies.skipped / max(1, len(latencies.ms))
+    return latencies.ms, summary
