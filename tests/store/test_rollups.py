@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -155,6 +156,9 @@ _WRITER = textwrap.dedent("""
         for table, rows in ([("events", [event])] if stalled else []) + [("ticks", ticks)]:
             store.writer.add_many(table, rows)
         t, k = t + 0.5, k + n
+        if k > 5000 and t <= 1.0 + 1e-9:  # once: rows on disk, then the run goes on
+            store.writer.flush()
+            print("flushed", flush=True)
         time.sleep(0.01)
 """)
 
@@ -164,7 +168,11 @@ def test_rollups_match_the_frames_on_disk_after_a_sigkill_mid_run(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", _WRITER, db], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": ROOT},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(4.0)  # start-up, then ~6 flushes and dozens of compactions
+    # Kill mid-run once rows are on disk: the writer says so (start-up takes 1 s on an idle
+    # machine and over 4 s at load 20), then a second more of flushes and compactions.
+    ready, _, _ = select.select([proc.stdout], [], [], 120)
+    assert ready and proc.stdout.readline().strip() == "flushed", proc.stderr.read()[-2000:]
+    time.sleep(1.0)
     os.kill(proc.pid, signal.SIGKILL)
     _, stderr = proc.communicate(timeout=30)
     store = Store(db)
