@@ -157,6 +157,10 @@ class RemoteFrames:
     def set_rate(self, rate_hz: int) -> None:
         self.cutter.set_rate(rate_hz)
 
+    def turn_end(self) -> int:
+        """The last whole frame so far, taken or buffered (a commit's turn ends there)."""
+        return self.frames_taken + self.backlog() - 1
+
     def add_text(self, ids: list[int]) -> None:
         """Token ids that go in front of the next frame's (a client's text item)."""
         with self._lock:
