@@ -62,6 +62,9 @@ class AudioCutter:
         self.samples_in = 0  # at the client's rate
         self._pending = np.zeros(0, np.float32)  # the client's partial frame, at its rate
         self.frames_cut = 0
+        # One resampler kept and cleared per frame: the same output as soxr.resample on the
+        # frame alone (each frame on its own), without building its filter every 80 ms.
+        self._resampler: soxr.ResampleStream | None = None
 
     @property
     def frame_samples_in(self) -> int:
@@ -79,6 +82,8 @@ class AudioCutter:
         if rate_hz != self.rate_hz and self.samples_in:
             raise ValueError(f"input rate {rate_hz} Hz: the session's audio started at "
                              f"{self.rate_hz} Hz and cannot change rate")
+        if rate_hz != self.rate_hz:
+            self._resampler = None
         self.rate_hz = rate_hz
 
     def cut(self, samples: np.ndarray) -> list[Frame]:
@@ -92,7 +97,7 @@ class AudioCutter:
         for k in range(whole):
             audio = joined[k * n_in:(k + 1) * n_in]
             if self.rate_hz != self.tokenizer.sample_rate_hz:
-                y = soxr.resample(audio, self.rate_hz, self.tokenizer.sample_rate_hz)
+                y = self._resample(audio)
                 audio = np.zeros(n, np.float32)  # soxr rounds the length: a missing last
                 audio[:min(n, len(y))] = y[:n]  # sample is silence
             audio = audio.astype(np.float32, copy=False)
@@ -100,6 +105,14 @@ class AudioCutter:
                              voice_active(audio), audio))
         self.frames_cut += whole
         return out
+
+    def _resample(self, frame: np.ndarray) -> np.ndarray:
+        if self._resampler is None:
+            self._resampler = soxr.ResampleStream(self.rate_hz, self.tokenizer.sample_rate_hz,
+                                                  1, dtype="float32", quality="HQ")
+        self._resampler.clear()  # nothing of the previous frame: the frame on its own
+        return self._resampler.resample_chunk(np.ascontiguousarray(frame, np.float32),
+                                              last=True)
 
     def clear(self) -> int:
         """Drop the partial frame; returns the client's samples dropped."""
