@@ -14,7 +14,9 @@ thread, and the top leaf and inclusive functions per thread (a leaf is where the
 taken: zlib in permessage-deflate, a DuckDB call, numpy's FFT in the stand-in tokenizer).
 `--workers K`: serve with K gateway workers; each worker process is sampled too ("worker N"),
 and every process's CPU seconds over the sampled span are reported (from /proc), so the
-shares of the run process, the workers and the client add up to the machine's time.
+shares of the run process, the workers and the client add up to the machine's time, and
+`sessions_per_core` (sessions × seconds / CPU seconds: what one core would hold of each
+process at this per-session cost, a linear extrapolation) says what each part needs at N*.
 """
 
 from __future__ import annotations
@@ -125,13 +127,20 @@ def main() -> None:
         for spy in spies:
             spy.wait()
         cpu = {name: round(_cpu_s(pid) - cpu0[name], 2) for name, pid in pids.items()}
+        # What one core holds at this per-session cost: sessions × seconds / CPU seconds (a
+        # linear extrapolation: a process's cost per session measured at this count).
+        per_core = {name: round(args.sessions * args.seconds / c, 1) if c else None
+                    for name, c in cpu.items()}
+        gateway = sum(c for name, c in cpu.items() if name.startswith("worker"))
         client.communicate(timeout=120)
         server.send_signal(signal.SIGTERM)
         server.communicate(timeout=120)
         result = {"sessions": args.sessions, "cheap_twin": args.cheap,
                   "seconds": args.seconds, "load_avg_1m": round(load_before, 2),
                   "load_avg_1m_end": round(os.getloadavg()[0], 2), "workers": args.workers,
-                  "cpu_s": cpu, **{name: summarise(tmp / f"{name}.raw") for name in pids}}
+                  "cpu_s": cpu, "sessions_per_core": per_core,
+                  "workers_sessions_per_core": round(args.sessions * args.seconds / gateway, 1)
+                  if gateway else None, **{name: summarise(tmp / f"{name}.raw") for name in pids}}
     print(json.dumps(result, indent=1))
 
 
