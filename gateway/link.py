@@ -160,8 +160,8 @@ async def start_workers(link: LinkServer, n: int, host: str, port: int) -> list:
     link.folder = folder
     await link.start(str(Path(folder) / "link.sock"))
     procs = [subprocess.Popen(
-        [sys.executable, "-m", "gateway.worker", "--link", str(Path(folder) / "link.sock"),
-         "--host", host, "--port", str(port)], cwd=ROOT, start_new_session=True)
+        [sys.executable, "-m", "gateway.worker", str(Path(folder) / "link.sock"), host,
+         str(port)], cwd=ROOT, start_new_session=True)
         for _ in range(n)]
     deadline = time.monotonic() + WORKER_START_S
     while link.ready < n:

@@ -2,7 +2,7 @@
 spreads connections over the workers), its sessions served by the run process over a link
 (gateway/link.py). Started by `metronome serve --workers K` (gateway/serve.py), never by hand:
 
-    python -m gateway.worker --link PATH --host HOST --port PORT
+    python -m gateway.worker LINK_PATH HOST PORT
 
 The connection's whole per-frame path runs here (the same `Gateway` as one process serves:
 WebSocket, JSON, base64, resampling, the stand-in tokenizer); the run process gets the frames'
@@ -12,10 +12,10 @@ run ended, or the run process is gone).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import socket
+import sys
 import time
 from dataclasses import dataclass
 
@@ -172,15 +172,13 @@ async def run_worker(link: str, host: str, port: int) -> None:
     await task
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description="a gateway worker (started by metronome serve)")
-    ap.add_argument("--link", required=True)
-    ap.add_argument("--host", required=True)
-    ap.add_argument("--port", type=int, required=True)
-    args = ap.parse_args()
+def main(argv: list[str]) -> None:
+    # Three positional values from serve (gateway/link.start_workers), no flags for people:
+    # argparse stays in cli/.
+    link, host, port = argv
     logging.basicConfig(level=logging.WARNING)
-    asyncio.run(run_worker(args.link, args.host, args.port))
+    asyncio.run(run_worker(link, host, int(port)))
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
