@@ -105,6 +105,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=7.0)
     ap.add_argument("--cheap", action="store_true")
     ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--warm-s", type=float, default=3.0,
+                    help="wait before sampling (the sessions connect and settle)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -116,9 +118,9 @@ def main() -> None:
         client = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "load", "--url",
              f"ws://127.0.0.1:{port}/v1/realtime", "--sessions", str(args.sessions),
-             "--duration", str(args.seconds + 6), "--no-store", "--json"],
+             "--duration", str(args.seconds + args.warm_s + 3), "--no-store", "--json"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-        time.sleep(3)  # the sessions are up and paced
+        time.sleep(args.warm_s)  # the sessions are up and paced
         load_before = os.getloadavg()[0]
         pids = {"server": server.pid, "client": client.pid,
                 **{f"worker {i}": pid for i, pid in enumerate(_children(server.pid))}}
