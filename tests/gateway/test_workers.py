@@ -4,6 +4,8 @@ and tokens (the frames were cut and tokenized in the workers, run in the run pro
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from tests.gateway.conftest import events, finish, frames, run_load
@@ -12,9 +14,12 @@ pytestmark = pytest.mark.slow
 
 
 def test_two_workers_share_one_gate_and_the_records_agree(serve, tmp_path):
-    server = serve("--workers", "2", "--admission", "fixed", "--sessions", "6", duration=15)
+    # The run outlasts the client however slowly a loaded machine starts it; SIGTERM ends it
+    # once the client is done (serve then records it aborted, its frames kept).
+    server = serve("--workers", "2", "--admission", "fixed", "--sessions", "6", duration=120)
     client = finish(run_load(server.url, tmp_path / "client.duckdb", "--sessions", "8",
                              "--duration", "3"))
+    server.proc.send_signal(signal.SIGTERM)
     summary = server.summary()
     assert client["admitted"] == 6 and client["rejected"] == 2
     assert summary["admitted"] == 6 and summary["rejected"] == 2
