@@ -51,3 +51,25 @@ def test_worker_frames_go_down_the_link_as_one_process_cuts_them_and_are_bounded
     one.append(audio)
     one.append(audio[:1920])
     assert sent == [one.next_frame(0.08).token_ids for _ in range(7)]
+
+
+def test_the_workers_port_sends_without_nagle():
+    from gateway.worker import listening_socket
+
+    listener = listening_socket("127.0.0.1", 0)
+    client = socket.create_connection(listener.getsockname())
+    accepted, _ = listener.accept()
+
+    async def transport_nodelay():
+        transport, _ = await asyncio.get_running_loop().connect_accepted_socket(
+            asyncio.Protocol, accepted)
+        on = transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP,
+                                                           socket.TCP_NODELAY)
+        transport.close()
+        return on
+
+    try:
+        assert asyncio.run(transport_nodelay())  # what uvicorn's transports get from asyncio
+    finally:
+        client.close()
+        listener.close()
