@@ -1,7 +1,7 @@
 """What the gateway adds to a frame, and how many sessions one gateway process holds.
 
     .venv/bin/python benchmarks/gateway_overhead.py [--sessions 1 8 32] [--runs 3]
-        [--duration-s 10] [--ramp 32 64 128 256 512] [--bisect 2]
+        [--duration-s 10] [--ramp 32 64 128 256 512] [--bisect 2] [--workers 0]
 
 Every run is `metronome serve` (twin, paced, window W=128, 80 ms frames, fixed admission at
 the run's session count, a fresh DuckDB file) in one process and `metronome load` (synthetic
@@ -25,7 +25,9 @@ the client is done (serve then ends its run and writes its summary).
    its p95 (send → last delta) is within the frame period. The ramp stops at the first count
    that is not clean (halving down when even the first is not), then bisects between it and
    the last clean one.
-Prints one JSON line per run, then the summary (medians over runs) as one JSON object.
+`--workers K`: serve with K gateway worker processes in front of the run (gateway/link.py);
+0, one process. Each run's line has the 1-minute load average at its start and end (the
+machine is shared). Prints one JSON line per run, then the summary (medians over runs) as one JSON object.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def _seed_cheap_twin(db: Path) -> None:
         store.close()
 
 
-def start_serve(tmp: Path, db: Path, port: int, sessions: int):
+def start_serve(tmp: Path, db: Path, port: int, sessions: int, workers: int = 0):
     """`metronome serve` (the paced twin, W=128, 80 ms frames, a fixed cap at `sessions`) on
     `port`, listening; returns the process and its stderr file (in `tmp`). Shared by the
     gateway benchmarks (gateway_profile.py, reader_cost.py)."""
@@ -87,7 +89,8 @@ def start_serve(tmp: Path, db: Path, port: int, sessions: int):
         [sys.executable, "-m", "cli.main", "serve", "--engine", "twin", "--port", str(port),
          "--db", str(db), "--duration", "3600", "--policy", "window", "--window", "128",
          "--pool-blocks", str(max(256, 16 * sessions)), "--admission", "fixed", "--sessions",
-         str(sessions), "--frame-ms", str(FRAME_MS), "--json"],
+         str(sessions), "--frame-ms", str(FRAME_MS), "--json",
+         *(["--workers", str(workers)] if workers else [])],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True,
         env={**os.environ, "METRONOME_LOG": "WARNING"})
     deadline = time.monotonic() + 120
@@ -98,14 +101,15 @@ def start_serve(tmp: Path, db: Path, port: int, sessions: int):
     return server, err
 
 
-def one_run(sessions: int, duration_s: float, cheap: bool, tmp: Path) -> dict:
+def one_run(sessions: int, duration_s: float, cheap: bool, tmp: Path, workers: int = 0) -> dict:
     """serve + load at `sessions`; both records joined frame by frame."""
     tmp.mkdir(parents=True)
     server_db, client_db, port = tmp / "server.duckdb", tmp / "client.duckdb", _free_port()
     if cheap:
         _seed_cheap_twin(server_db)
     env = {**os.environ, "METRONOME_LOG": "WARNING"}
-    server, err = start_serve(tmp, server_db, port, sessions)
+    server, err = start_serve(tmp, server_db, port, sessions, workers)
+    load0 = os.getloadavg()[0]
     cpu0 = _cpu_s()
     client = subprocess.run(
         [sys.executable, "-m", "cli.main", "load", "--url", f"ws://127.0.0.1:{port}/v1/realtime",
@@ -119,7 +123,8 @@ def one_run(sessions: int, duration_s: float, cheap: bool, tmp: Path) -> dict:
     if client.returncode or server.returncode:
         raise RuntimeError(f"load rc {client.returncode}: {client.stderr[-1500:]}\nserve rc "
                            f"{server.returncode}: {(tmp / 'serve.err').read_text()[-1500:]}")
-    return {"sessions": sessions, "cheap_twin": cheap,
+    return {"sessions": sessions, "cheap_twin": cheap, "workers": workers,
+            "load_1m_start": round(load0, 2), "load_1m_end": round(os.getloadavg()[0], 2),
             **_joined(json.loads(client.stdout), client_db, json.loads(out), server_db),
             "client_cpu_s": round(cpu1 - cpu0, 2), "server_cpu_s": round(cpu2 - cpu1, 2)}
 
@@ -178,7 +183,8 @@ def _median(runs: list[dict], key: str):
 def _series(sessions: int, args, cheap: bool, tmp: Path, tag: str) -> list[dict]:
     runs = []
     for i in range(args.runs):
-        run = one_run(sessions, args.duration_s, cheap, tmp / f"{tag}-{sessions}-{i}")
+        run = one_run(sessions, args.duration_s, cheap, tmp / f"{tag}-{sessions}-{i}",
+                      args.workers)
         run["clean"] = clean(run)
         print(json.dumps({"part": tag, "run": i, **run}), flush=True)
         runs.append(run)
@@ -200,13 +206,15 @@ def main() -> None:
     ap.add_argument("--duration-s", type=float, default=10.0)
     ap.add_argument("--ramp", type=int, nargs="*", default=[32, 64, 128, 256, 512])
     ap.add_argument("--bisect", type=int, default=2, help="steps between clean and not")
+    ap.add_argument("--workers", type=int, default=0, help="gateway worker processes (0: one)")
     args = ap.parse_args()
     cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(
         ["lscpu"], capture_output=True, text=True).stdout.splitlines()
         if line.startswith("Model name")), platform.processor())
     result = {"machine": {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
                           "load_avg_before": os.getloadavg()},
-              "frame_ms": FRAME_MS, "duration_s": args.duration_s, "runs": args.runs}
+              "frame_ms": FRAME_MS, "duration_s": args.duration_s, "runs": args.runs,
+              "workers": args.workers}
     with tempfile.TemporaryDirectory(prefix="gw-overhead-") as tmp:
         result["overhead"] = [_row(_series(n, args, False, Path(tmp), "overhead"))
                               for n in args.sessions]

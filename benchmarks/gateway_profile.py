@@ -3,6 +3,7 @@ client beside it) while N paced sessions run, split by thread, with the function
 the most samples.
 
     .venv/bin/python benchmarks/gateway_profile.py [--sessions 32] [--seconds 7] [--cheap]
+        [--workers 0]
 
 The server is the twin (paced, window W=128, 80 ms frames, fixed admission at N); `--cheap`
 seeds the near-free step cost model of benchmarks/gateway_overhead.py, so the engine is never
@@ -11,6 +12,11 @@ what limits. py-spy samples every thread at 200 Hz without stopping the process
 ran or waited for the GIL. Prints one JSON object: per process, the share of samples per
 thread, and the top leaf and inclusive functions per thread (a leaf is where the sample was
 taken: zlib in permessage-deflate, a DuckDB call, numpy's FFT in the stand-in tokenizer).
+`--workers K`: serve with K gateway workers; each worker process is sampled too ("worker N"),
+and every process's CPU seconds over the sampled span are reported (from /proc), so the
+shares of the run process, the workers and the client add up to the machine's time, and
+`sessions_per_core` (sessions × seconds / CPU seconds: what one core would hold of each
+process at this per-session cost, a linear extrapolation) says what each part needs at N*.
 """
 
 from __future__ import annotations
@@ -45,6 +51,18 @@ def _record(pid: int, seconds: float, out: Path) -> subprocess.Popen:
                              "-r", "200", "-f", "raw", "-o", str(out), "--threads",
                              "--nonblocking"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
+
+
+def _children(pid: int) -> list[int]:
+    """serve's worker processes (its direct children)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _thread(name: str) -> str:
@@ -86,6 +104,9 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=7.0)
     ap.add_argument("--cheap", action="store_true")
+    ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--warm-s", type=float, default=3.0,
+                    help="wait before sampling (the sessions connect and settle)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -93,25 +114,35 @@ def main() -> None:
         if args.cheap:
             _seed_cheap_twin(db)
         env = {**os.environ, "METRONOME_LOG": "WARNING"}
-        server, _err = start_serve(tmp, db, port, args.sessions)
+        server, _err = start_serve(tmp, db, port, args.sessions, args.workers)
         client = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "load", "--url",
              f"ws://127.0.0.1:{port}/v1/realtime", "--sessions", str(args.sessions),
-             "--duration", str(args.seconds + 6), "--no-store", "--json"],
+             "--duration", str(args.seconds + args.warm_s + 3), "--no-store", "--json"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-        time.sleep(3)  # the sessions are up and paced
+        time.sleep(args.warm_s)  # the sessions are up and paced
         load_before = os.getloadavg()[0]
-        spies = [_record(server.pid, args.seconds, tmp / "server.raw"),
-                 _record(client.pid, args.seconds, tmp / "client.raw")]
+        pids = {"server": server.pid, "client": client.pid,
+                **{f"worker {i}": pid for i, pid in enumerate(_children(server.pid))}}
+        cpu0 = {name: _cpu_s(pid) for name, pid in pids.items()}
+        spies = [_record(pid, args.seconds, tmp / f"{name}.raw") for name, pid in pids.items()]
         for spy in spies:
             spy.wait()
+        cpu = {name: round(_cpu_s(pid) - cpu0[name], 2) for name, pid in pids.items()}
+        # What one core holds at this per-session cost: sessions × seconds / CPU seconds (a
+        # linear extrapolation: a process's cost per session measured at this count).
+        per_core = {name: round(args.sessions * args.seconds / c, 1) if c else None
+                    for name, c in cpu.items()}
+        gateway = sum(c for name, c in cpu.items() if name.startswith("worker"))
         client.communicate(timeout=120)
         server.send_signal(signal.SIGTERM)
         server.communicate(timeout=120)
         result = {"sessions": args.sessions, "cheap_twin": args.cheap,
                   "seconds": args.seconds, "load_avg_1m": round(load_before, 2),
-                  "server": summarise(tmp / "server.raw"),
-                  "client": summarise(tmp / "client.raw")}
+                  "load_avg_1m_end": round(os.getloadavg()[0], 2), "workers": args.workers,
+                  "cpu_s": cpu, "sessions_per_core": per_core,
+                  "workers_sessions_per_core": round(args.sessions * args.seconds / gateway, 1)
+                  if gateway else None, **{name: summarise(tmp / f"{name}.raw") for name in pids}}
     print(json.dumps(result, indent=1))
 
 

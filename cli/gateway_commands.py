@@ -24,6 +24,9 @@ def add_parsers(sub, run_arguments, number) -> None:
     serve.add_argument("--max-queued-events", type=int, default=512,
                        help="events waiting for a client that does not read; more close its "
                             "connection (slow_reader, 1008)")
+    serve.add_argument("--workers", type=int, default=0,
+                       help="gateway worker processes in front of the run (default 0: this "
+                            "process serves the connections; docs/GATEWAY.md)")
     serve.add_argument("--send-buffer-kb", type=int, default=None,
                        help="kernel send buffer per connection (KiB; default: the kernel's "
                             "choice, up to 4 MiB)")
@@ -76,7 +79,7 @@ def cmd_serve(args) -> int:
     inlet_limits = InletLimits(max_buffer_s=args.max_buffer_s)
     out = stdout_for_json()
     summary = serve(config, host=args.host, port=args.port, db=args.db, limits=limits,
-                    inlet_limits=inlet_limits)
+                    inlet_limits=inlet_limits, workers=args.workers)
     out.write((json.dumps(summary, default=str) if args.json else _human(summary)) + "\n")
     out.flush()
     return 0 if summary["status"] in ("finished", "aborted") else EXIT_FAILED

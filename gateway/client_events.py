@@ -43,8 +43,9 @@ def handle(event: dict, frames, state: Connection, codec) -> list[tuple[str, obj
                     state.base, settings)))]
     if kind == "input_audio_buffer.commit":
         # The turn is every whole frame so far (taken or buffered); a partial frame
-        # belongs to the next one.
-        return [("commit", frames.frames_taken + frames.backlog() - 1)]
+        # belongs to the next one. None: the run answers it (a gateway worker's frames).
+        idx = frames.turn_end()
+        return [] if idx is None else [("commit", idx)]
     if kind == "input_audio_buffer.clear":
         frames.clear()
         return [("event", protocol.event("input_audio_buffer.cleared"))]

@@ -22,6 +22,7 @@ import threading
 import uvicorn
 
 from gateway.door import Door, local_address
+from gateway.link import LinkServer, start_workers, stop_workers
 from gateway.protocol import GatewayLimits
 from gateway.server import Gateway, Target
 from gateway.store_api import PATH as STORE_API, store_route
@@ -66,9 +67,14 @@ def text_codec(engine):
 
 def serve(config: RunConfig, *, host: str, port: int, db: str | None,
           limits: GatewayLimits = GatewayLimits(), inlet_limits: InletLimits = InletLimits(),
-          ready=None) -> dict:
+          ready=None, workers: int = 0) -> dict:
     """Serve `config`'s run on ws://host:port/v1/realtime until it ends; returns its summary.
-    `ready(url)` is called once the socket listens (the CLI prints it to stderr)."""
+    `ready(url)` is called once the socket listens (the CLI prints it to stderr). `workers`
+    > 0: that many gateway worker processes take the port's connections (gateway/link.py);
+    this process keeps the run, and its own routes (the store's read API) move to a private
+    loopback port."""
+    if not 0 <= workers <= 64:
+        raise ValueError(f"gateway workers {workers} must be in [0, 64]")
     if config.load != "gateway":
         raise ValueError(f"serve runs load gateway (its sessions are clients), not {config.load}")
     if not 1 <= port <= 65535:
@@ -85,8 +91,17 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
         target = Target(inlet, info, text_codec(engine))
         gateway = Gateway(lambda: target if runner.running else None, limits)
         door = Door.for_host(host)
+        link = None if not workers else LinkServer(inlet, {
+            "info": info, "max_buffer_s": inlet_limits.max_buffer_s, "limits": limits,
+            "tokenizer": (inlet_limits.sample_rate_hz, config.frame_ms, config.tokens_in,
+                          engine.vocab_size),
+            "codec": None if target.codec is None else (engine.tokenizer_dir, engine.vocab_size),
+            "audio": engine.frame_token_ids is not None, "token": door.token,
+            "graceful_s": GRACEFUL_SHUTDOWN_S})
+        own_host, own_port = (host, port) if link is None else ("127.0.0.1", 0)
         server = uvicorn.Server(uvicorn.Config(
-            gateway.app(door, (store_route(lambda: store),)), host=host, port=port, log_level="warning", lifespan="off",
+            gateway.app(door, (store_route(lambda: store),)), host=own_host, port=own_port,
+            log_level="warning", lifespan="off",
             # Frames above this are refused by the protocol layer before they are read; up to
             # it, the gateway answers an oversized message with an error event.
             ws_max_size=4 * limits.max_message_bytes,
@@ -94,12 +109,15 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
             # zlib was the event loop's largest leaf in a py-spy profile (issue 34).
             ws_per_message_deflate=False,
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
-        sockets = _sockets(server.config, limits)
+        sockets = _sockets(server.config, limits, link is not None)
+        own = f"{local_address(host)}:{port}" if link is None \
+            else f"127.0.0.1:{sockets[0].getsockname()[1]}"
         if store.path != ":memory:":  # readers of the file while serve holds it
-            publish(store.path, f"http://{local_address(host)}:{port}{STORE_API}", door.token)
+            publish(store.path, f"http://{own}{STORE_API}", door.token)
         with _stop_on_signals(runner) as handler:
             asyncio.run(_serve(server, sockets, runner, f"ws://{host}:{port}/v1/realtime",
-                               ready or (lambda url: _announce(url, door)), handler))
+                               ready or (lambda url: _announce(url, door)), handler,
+                               (link, workers, host, port)))
         if runner.summary is None:  # the server stopped first (a signal): end the run
             runner.stop("server stopped")
             runner.join()
@@ -111,9 +129,13 @@ def serve(config: RunConfig, *, host: str, port: int, db: str | None,
         store.close()
 
 
-def _sockets(config: uvicorn.Config, limits: GatewayLimits) -> list[socket.socket] | None:
-    """The listening socket, bound here when its send buffer is set: accepted connections
-    inherit SO_SNDBUF from it (Linux). None: uvicorn binds its own."""
+def _sockets(config: uvicorn.Config, limits: GatewayLimits,
+             private: bool = False) -> list[socket.socket] | None:
+    """The listening socket, bound here when its send buffer is set (accepted connections
+    inherit SO_SNDBUF from it on Linux) or on a private port (workers hold the public one).
+    None: uvicorn binds its own."""
+    if private:
+        return [config.bind_socket()]
     if limits.send_buffer_bytes is None:
         return None
     sock = config.bind_socket()
@@ -151,13 +173,15 @@ def _stop_on_signals(runner: Runner):
 
 
 async def _serve(server: uvicorn.Server, sockets, runner: Runner, url: str, ready,
-                 handler) -> None:
+                 handler, front) -> None:
     task = asyncio.create_task(server.serve(sockets))
     while not server.started:
         if task.done():  # failed to bind: its exception says why
             task.result()
             raise RuntimeError(f"the server did not start on {url}")
         await asyncio.sleep(0.02)
+    link, workers, host, port = front
+    procs = [] if link is None else await start_workers(link, workers, host, port)
     if handler is not None:  # uvicorn has installed its handlers by now: ours go on top
         for sig in SIGNALS:
             signal.signal(sig, handler)
@@ -165,9 +189,13 @@ async def _serve(server: uvicorn.Server, sockets, runner: Runner, url: str, read
     while runner.status == "created":  # running before we tell anyone it is there
         await asyncio.sleep(0.005)
     ready(url)
-    while runner.summary is None and not task.done():
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(0.2)  # let the last events and closes reach the clients
+    try:
+        while runner.summary is None and not task.done():
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)  # let the last events and closes reach the clients
+    finally:
+        if link is not None:
+            await stop_workers(link, procs, GRACEFUL_SHUTDOWN_S + 2)
     server.should_exit = True
     await task
 

@@ -128,3 +128,19 @@ def test_a_frames_deltas_add_up_to_its_row_before_its_done():
     assert told.got[0][1]["n"] == 2 and told.got[0][1]["frame_idx"] == 3
     inlet.observe("frames", {"session_id": 7, "frame_idx": 4, "tokens_out": 0})  # empty frame
     assert [kind for kind, _ in told.got[2:]] == ["frame"]
+
+
+def test_each_frame_is_resampled_on_its_own_as_soxr_does_it():
+    import soxr
+
+    from load_gen.remote import AudioCutter
+
+    cutter = AudioCutter(TOK)
+    cutter.set_rate(24_000)
+    audio = _speechish(1920 * 3) * np.linspace(0.2, 1, 1920 * 3, dtype=np.float32)
+    frames = cutter.cut(audio[:2500]) + cutter.cut(audio[2500:])
+    assert len(frames) == 3 and cutter.pending == 0
+    for k, frame in enumerate(frames):  # the kept resampler remembers nothing across frames
+        alone = soxr.resample(audio[k * 1920:(k + 1) * 1920], 24_000, 16_000)
+        assert np.array_equal(frame.audio, alone)
+        assert frame.token_ids == TOK.tokenize(alone).tolist()
