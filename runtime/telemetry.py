@@ -21,6 +21,7 @@ from runtime.config import RunConfig
 from runtime.pools import (PoolMonitor, PoolSample, TickCounts, growth_per_session_per_s,
                            memory_signals)
 from runtime.record import Recorder
+from runtime.run_summary import RankSummary
 
 __all__ = ["EngineFailed", "Telemetry", "TickSample"]
 
@@ -188,14 +189,14 @@ class Telemetry:
 
     # --- the summary --------------------------------------------------------------------------
     def summary(self) -> dict:
-        """Per rank: max occupancy, whether and when it stalled, its frames and silent frames;
-        the first rank to stall."""
+        """The summary's rank fields: per rank (RankSummary) max occupancy, whether and when it
+        stalled, its frames and silent frames; the first rank to stall."""
         rec = self.recorder
-        ranks = [{"rank": m.rank, "max_occupancy": round(m.max_occupancy, 4),
-                  "stalled": m.first_stall_at is not None,
-                  "stall_at_s": None if m.first_stall_at is None else round(m.first_stall_at, 3),
-                  "frames": rec.rank_frames.get(m.rank, 0),
-                  "silent_frames": rec.rank_silent.get(m.rank, 0)} for m in self.monitors]
-        stalled = [(r["stall_at_s"], r["rank"]) for r in ranks if r["stall_at_s"] is not None]
+        ranks = tuple(RankSummary(
+            m.rank, round(m.max_occupancy, 4), m.first_stall_at is not None,
+            None if m.first_stall_at is None else round(m.first_stall_at, 3),
+            rec.rank_frames.get(m.rank, 0), rec.rank_silent.get(m.rank, 0))
+            for m in self.monitors)
+        stalled = [(r.stall_at_s, r.rank) for r in ranks if r.stall_at_s is not None]
         return {"ranks": ranks, "stalled_rank": min(stalled)[1] if stalled else None,
                 "data_parallel_size": self.n}
