@@ -98,7 +98,7 @@ def metronome_frames(engine, config, store) -> tuple[list[float], list[float], d
     store.writer.flush()
     rows = store.cursor().execute(
         "SELECT coalesce(latency_ms, 'inf'::DOUBLE), (t_first - t_submit) * 1e3 FROM frames "
-        "WHERE run_id = ?", [summary["run_id"]]).fetchall()
+        "WHERE run_id = ?", [summary.run_id]).fetchall()
     return [r[0] for r in rows], [r[1] for r in rows if r[1] is not None], summary
 
 
@@ -147,7 +147,7 @@ def main() -> int:
                 return "> budget" if x == float("inf") or x >= 10 * args.frame_ms else f"{x:.1f}"
             print(f"| {n} | {ms(pct(raw, 0.5))} | {ms(pct(raw, 0.95))} | {ms(pct(ours, 0.5))} "
                   f"| {ms(pct(ours, 0.95))} | {ratio:.2f} | {ms(pct(raw_first, 0.5))} / "
-                  f"{ms(pct(our_first, 0.5))} | {summary['silent_rate']:.1%} |")
+                  f"{ms(pct(our_first, 0.5))} | {summary.silent_rate:.1%} |")
         print(f"median p50 ratio over {len(ratios)} loads: {statistics.median(ratios):.2f}")
     finally:
         engine.shutdown()
