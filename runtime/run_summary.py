@@ -154,7 +154,9 @@ class RunSummary:
     @property
     def silent_by_cause(self) -> dict[str, int | None]:
         """Silent frames per cause (record.SILENT_CAUSES), None where a run did not count."""
-        return {cause: getattr(self, f"silent_{cause}_frames") for cause in SILENT_CAUSES}
+        counts = (self.silent_memory_frames, self.silent_compute_frames,
+                  self.silent_guard_frames, self.silent_other_frames)
+        return dict(zip(SILENT_CAUSES, counts))
 
     @property
     def ranked(self) -> bool:
@@ -164,8 +166,7 @@ class RunSummary:
     def to_json(self) -> dict:
         """The summary as stored and printed: flat, in the keys and order it always had."""
         out = {}
-        for f in fields(self):
-            name, value = f.name, getattr(self, f.name)
+        for name, value in vars(self).items():  # the fields, in their declared order
             if name in _RANK_KEYS and self.data_parallel_size is None:
                 continue
             if name in _INPUT_KEYS and self.input_path is None:
