@@ -81,7 +81,7 @@ def _recorded_trace(db: str, run_id: str) -> ReplayTrace:
 
 
 def _from_recording(cur, row: dict, db: str) -> ReplayTrace:
-    from store import replay_queries as queries
+    from store import trace_queries as queries
 
     run_id = row["run_id"]
     if row["status"] != "finished":

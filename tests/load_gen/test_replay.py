@@ -10,7 +10,7 @@ from load_gen import LoadConfig, make_frame_source
 from load_gen.trace_load import ReplayFrames
 from runtime import RunConfig, execute
 from runtime.trace_source import checked_trace, recorded_trace, trace_for
-from store import open_store, queries, replay_queries
+from store import open_store, queries, trace_queries as replay_queries
 
 CLIFF = dict(engine="twin", policy="unbounded", pool_blocks=64, frame_ms=80.0, duration_s=8.0)
 ROWS = ("SELECT session_id, frame_idx, t_submit, deadline, latency_ms, tokens_out, "
