@@ -10,7 +10,7 @@ from load_gen import LoadConfig, make_frame_source
 from load_gen.trace_load import ReplayFrames
 from runtime import RunConfig, execute
 from runtime.trace_source import checked_trace, recorded_trace, trace_for
-from store import open_store, queries, trace_queries as replay_queries
+from store import open_store, queries, trace_queries
 
 CLIFF = dict(engine="twin", policy="unbounded", pool_blocks=64, frame_ms=80.0, duration_s=8.0)
 ROWS = ("SELECT session_id, frame_idx, t_submit, deadline, latency_ms, tokens_out, "
@@ -94,8 +94,8 @@ def test_sessions_cut_short_by_the_system_are_offered_their_planned_length(db):
     guarded = execute(RunConfig(**CLIFF, sessions=10, stall_guard=True), store)
     assert guarded.evicted >= 1
     trace = recorded_trace(guarded.run_id, db)
-    recorded = replay_queries.replay_frames(store.cursor(), guarded.run_id, 0.08)
-    evicted = set(replay_queries.session_outcomes(store.cursor(), guarded.run_id))
+    recorded = trace_queries.replay_frames(store.cursor(), guarded.run_id, 0.08)
+    evicted = set(trace_queries.session_outcomes(store.cursor(), guarded.run_id))
     for row in recorded.itertuples():
         planned = 100  # 8 s at 80 ms
         assert trace.sessions[row.session_id].frames == planned
@@ -114,7 +114,7 @@ def test_trace_file_per_session_and_per_frame(db, tmp_path):
          "pool_blocks": 64, "stagger": True}))
     assert (config.sessions, config.tokens_in, config.tokens_out) == (2, 16, 4)
     run = execute(config, store)
-    frames = replay_queries.replay_frames(store.cursor(), run.run_id, 0.08)
+    frames = trace_queries.replay_frames(store.cursor(), run.run_id, 0.08)
     # session 0 is the earliest ("b"), started at its own start with stagger
     assert frames.frames.tolist() == [5, 10]
     assert frames.start_s.round(6).tolist() == [0.0, 0.5]
