@@ -54,7 +54,7 @@ def test_the_metrics_endpoint_carries_the_rank(store, tmp_path):
     assert set(tsat) == {"0", "1"}
     after = generate_latest(registry).decode()
     silent = _samples(after, "metronome_rank_silent_frames_total", rid)
-    assert silent == {"0": summary.ranks[0]["silent_frames"]} and silent["0"] > 0
+    assert silent == {"0": summary.ranks[0].silent_frames} and silent["0"] > 0
 
 
 def test_the_live_view_draws_a_line_per_rank_and_names_the_stalled_one(store, tmp_path):

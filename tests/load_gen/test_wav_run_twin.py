@@ -40,15 +40,15 @@ def test_looping_wav_sessions_run_like_synthetic_ones(store, speech):
     s = Runner(wav_cfg, engine, store).run()
     synthetic = Runner(RunConfig(load="fixed", **SETTINGS), TwinEngine(
         wav_cfg.engine_config(), CostModel()), store).run()
-    assert s.status == synthetic["status"] == "finished", s.reason
+    assert s.status == synthetic.status == "finished", s.reason
     assert s.sessions_offered == s.admitted == 6 and not s.stalled
-    assert s.silent_frames == synthetic["silent_frames"] == 0
-    assert s.on_time_rate == synthetic["on_time_rate"] == 1.0
-    assert s.max_resident_blocks == synthetic["max_resident_blocks"] <= 5
+    assert s.silent_frames == synthetic.silent_frames == 0
+    assert s.on_time_rate == synthetic.on_time_rate == 1.0
+    assert s.max_resident_blocks == synthetic.max_resident_blocks <= 5
     # Arrivals are phase-staggered within the first period; without --stagger the runtime
     # starts them at the next tick: session 0 at 0 s (25 frames), the others at 0.16 s (24).
     assert _frames_per_session(store, s.run_id) == {0: 25, 1: 24, 2: 24, 3: 24, 4: 24, 5: 24}
-    assert s.frames == 145 and synthetic["frames"] == 150
+    assert s.frames == 145 and synthetic.frames == 150
     assert len(occupancy(store.cursor(), s.run_id)) == 25  # one tick row per period
     # What the engine got is the tokenized audio of the session's file, frame after frame.
     clips = load_folder(str(speech["dir"]), 16000)

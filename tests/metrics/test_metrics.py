@@ -352,8 +352,8 @@ def test_silent_frames_are_exported_by_cause_and_schedule_drift_by_schedule(stor
     exporter.track_drift(lambda: drift)
     families = _families(generate_latest(registry).decode())
     causes = {x.labels["cause"]: x.value
-              for x in _samples(families["metronome_silent_frames"], s["run_id"])}
-    assert causes == {"memory": s["silent_memory_frames"]} and causes["memory"] > 0
+              for x in _samples(families["metronome_silent_frames"], s.run_id)}
+    assert causes == {"memory": s.silent_memory_frames} and causes["memory"] > 0
     drifted = families["metronome_schedule_drifted"].samples
     assert [(x.labels["schedule"], x.value) for x in drifted] == [("nightly canary", 1.0)]
     change = families["metronome_schedule_n_star_change_ratio"].samples

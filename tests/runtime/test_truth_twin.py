@@ -84,7 +84,7 @@ def test_a_change_the_engine_cannot_take_is_recorded_not_fatal(store):
     cfg = RunConfig(policy="window", window=128, **LOAD,
                     changes=(ScheduledChange.parse("2:window=64"),))
     s = execute(cfg, store, _FrozenTwin(cfg.engine_config()))
-    assert s.status == "finished" and s.window == 128 and s.changes == []
+    assert s.status == "finished" and s.window == 128 and s.changes == ()
     ev = events(store.cursor(), s.run_id)
     assert "cannot change W while running" in ev[ev.kind == "param_rejected"].detail.iloc[0]
 
@@ -144,7 +144,7 @@ def test_frames_in_the_store_equal_frames_in_the_summary(store):
 
 # --- why a frame went silent (issue 19) ---------------------------------------------------------
 def _causes(s):
-    return {c: s[f"silent_{c}_frames"] for c in ("memory", "compute", "guard", "other")}
+    return s.silent_by_cause
 
 
 def test_silence_with_room_in_the_pool_is_labelled_compute(store):
