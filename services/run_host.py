@@ -16,7 +16,7 @@ import uuid
 import weakref
 from dataclasses import dataclass
 
-from runtime import LiveSettings, RunConfig, Runner, make_engine
+from runtime import LiveSettings, RunConfig, Runner, RunSummary, make_engine
 from store import open_store
 from store.schedules import latest_drift
 
