@@ -38,11 +38,11 @@ def _run_pair(settings: demo.DemoSettings, cost: CostModel, store) -> list[dict]
     return out
 
 
-def _assert_cliff_and_slope(cliff: dict, slope: dict, store) -> None:
-    assert cliff["stalled"], cliff
+def _assert_cliff_and_slope(cliff: RunSummary, slope: RunSummary, store) -> None:
+    assert cliff.stalled, cliff
     after = story.silent_after_stall(store.cursor(), cliff)
     assert after is not None and after >= 0.5, after
-    assert not slope["stalled"] and slope["silent_rate"] <= 0.01, slope
+    assert not slope.stalled and slope.silent_rate <= 0.01, slope
 
 
 def test_derived_settings_move_with_the_machine_and_both_show_a_cliff_and_a_slope(store):
@@ -126,9 +126,8 @@ def test_a_confirm_lasts_its_ticks_at_every_period(monkeypatch):
     as many ticks as the 80 ms one, not over the same seconds."""
     durations = []
     monkeypatch.setattr(calibration, "execute", lambda config, store, eng: (
-        durations.append(config.duration_s) or {"p95_censored": False, "p95_ms": 1.0,
-                                                 "silent_rate": 0.0, "status": "finished",
-                                                 "run_id": "x"}))
+        durations.append(config.duration_s) or RunSummary("x", "finished", p95_ms=1.0,
+                                                           silent_rate=0.0)))
     monkeypatch.setattr(calibration.queries, "steps", lambda cur, run_id: [])
     search = calibration._Search(calibration.probe_base("vllm", "tiny"), None,
                                  lambda fraction, text: None, None)
