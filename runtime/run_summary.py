@@ -175,6 +175,8 @@ class RunSummary:
                 value = [asdict(r) for r in value]
             elif name == "changes":
                 value = [dict(c) for c in value]
+            elif isinstance(value, dict):  # a copy: the JSON's reader must not edit the run's
+                value = dict(value)
             elif name == "audio":
                 if value is not None:
                     out.update(asdict(value))
