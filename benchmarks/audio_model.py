@@ -281,17 +281,17 @@ def main() -> None:
                                           n, wav_dir, args.duration, store))
             for label in ("audio", "text"):
                 cells = " ; ".join(
-                    f"{show(s['p50_ms'], s['p50_censored'])} "
-                    f"{show(s['p95_ms'], s['p95_censored'])} {s['silent_rate']:.3f}"
+                    f"{show(s.p50_ms, s.p50_censored)} "
+                    f"{show(s.p95_ms, s.p95_censored)} {s.silent_rate:.3f}"
                     for s in results[label])
                 enc = ""
                 if label == "audio":
-                    per = [s["encoder_ms_per_frame"] for s in results[label]]
-                    shares = [f"{e / s['p50_ms']:.0%}" if e and s["p50_ms"] else "-"
+                    per = [s.audio.encoder_ms_per_frame for s in results[label]]
+                    shares = [f"{e / s.p50_ms:.0%}" if e and s.p50_ms else "-"
                               for e, s in zip(per, results[label])]
                     enc = f" | {per[0]}, {shares[0]} ; {per[1]}, {shares[1]}"
                 print(f"  {n:>8} | {label:>5} | {cells}{enc}")
-            p50 = {label: [s["p50_ms"] for s in results[label]] for label in results}
+            p50 = {label: [s.p50_ms for s in results[label]] for label in results}
             if all(v is not None for values in p50.values() for v in values):
                 ratio = statistics.mean(p50["audio"]) / statistics.mean(p50["text"])
                 print(f"           audio/text mean p50: {ratio:.2f}x")

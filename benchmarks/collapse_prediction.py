@@ -43,9 +43,9 @@ def vllm_runs(seeds: list[int]) -> tuple[list[dict], list[dict]]:
                 s = Runner(RunConfig(engine="vllm", seed=seed, **SETTINGS), engine, store).run()
                 out.append(s)
                 if not first_steps:
-                    first_steps = steps(store.cursor(), s["run_id"])
-                print(f"  vllm seed {seed}: stalled {s['stalled']} at {s['stall_at_s']}, "
-                      f"silent {s['silent_rate']}, silence {s['silence']}", file=sys.stderr)
+                    first_steps = steps(store.cursor(), s.run_id)
+                print(f"  vllm seed {seed}: stalled {s.stalled} at {s.stall_at_s}, "
+                      f"silent {s.silent_rate}, silence {s.silence}", file=sys.stderr)
         finally:
             engine.shutdown()
             store.close()
@@ -67,16 +67,16 @@ def main() -> int:
     seeds = list(range(args.seeds))
     first, steps = vllm_runs(seeds + list(range(args.repeat)))
     runs, again = first[:args.seeds], first[args.seeds:]
-    stalled = [s for s in runs if s["stalled"]]
+    stalled = [s for s in runs if s.stalled]
     low, high = wilson_interval(len(stalled), len(runs))
-    stall_times = [s["stall_at_s"] for s in stalled]
+    stall_times = [s.stall_at_s for s in stalled]
     print(f"vLLM unbounded: {len(stalled)}/{len(runs)} stalled (95 % CI {low:.0%}–{high:.0%}); "
           f"median stall {statistics.median(stall_times) if stall_times else None} s; "
-          f"partial stalls {sum(s['partial_stall'] for s in runs)}/{len(runs)}; "
-          f"compute-silent {sum(s['silence'] == 'compute' for s in runs)}/{len(runs)}")
-    print(f"vLLM silent rate per run: min {min(s['silent_rate'] for s in runs):.1%}, median "
-          f"{statistics.median(s['silent_rate'] for s in runs):.1%}, "
-          f"max {max(s['silent_rate'] for s in runs):.1%}")
+          f"partial stalls {sum(s.partial_stall for s in runs)}/{len(runs)}; "
+          f"compute-silent {sum(s.silence == 'compute' for s in runs)}/{len(runs)}")
+    print(f"vLLM silent rate per run: min {min(s.silent_rate for s in runs):.1%}, median "
+          f"{statistics.median(s.silent_rate for s in runs):.1%}, "
+          f"max {max(s.silent_rate for s in runs):.1%}")
     agree = sum(a["stalled"] == b["stalled"] for a, b in zip(runs, again))
     print(f"vLLM repeatability: {agree}/{len(again)} seeds gave the same outcome twice")
 

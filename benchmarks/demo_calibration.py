@@ -21,12 +21,12 @@ os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 from benchmarks.report import machine, write_section  # noqa: E402
 
 
-def _p95(summary: dict) -> str:
+def _p95(summary: "RunSummary") -> str:  # noqa: F821 - runtime imported in main
     """The run's p95: a number, or "> budget (censored)" when its rank is among unanswered
     frames (the summary's null with p95_censored)."""
-    if summary.get("p95_censored"):
+    if summary.p95_censored:
         return "> budget (censored)"
-    return f"{summary['p95_ms']} ms"
+    return f"{summary.p95_ms} ms"
 
 
 def main() -> None:
@@ -71,13 +71,13 @@ def main() -> None:
         summary = execute(config, store)
         nstar_s = time.monotonic() - t0
         store.writer.flush()
-        ticks = queries.tick_buckets(store.cursor(), summary["run_id"], 1.0)
+        ticks = queries.tick_buckets(store.cursor(), summary.run_id, 1.0)
         n_star = experiments.converged_cap(ticks)
         ratio = None if n_star is None or not cal.n_c else n_star / cal.n_c
         print(f"N* discovery: {rate} sessions/s × {args.session_s:g} s, pool {pool}, "
               f"{args.nstar_duration:g} s: N* = {n_star}, N*/N_c = "
               f"{'—' if ratio is None else f'{ratio:.2f}'}, p95 {_p95(summary)}, "
-              f"silent {summary['silent_rate']}, rejected {summary['rejected']} "
+              f"silent {summary.silent_rate}, rejected {summary.rejected} "
               f"({nstar_s:.0f} s with the engine start)", flush=True)
     finally:
         store.close()
@@ -107,7 +107,7 @@ t_sat {settings.predicted_t_sat_s:.2f} s of an {settings.duration_s:g} s run.
 N* discovery (AIMD, windowed; {rate} sessions/s × {args.session_s:g} s ≈ {offered} offered at
 once, {args.nstar_duration:g} s): converged cap **N* = {n_star}**, **N*/N_c =
 {'—' if ratio is None else f'{ratio:.2f}'}** (p95 {_p95(summary)}, silent
-{summary['silent_rate']}, {summary['rejected']} rejected). The machine was shared with other
+{summary.silent_rate}, {summary.rejected} rejected). The machine was shared with other
 jobs (2 cores): N_c is what it served at that moment.
 """
     write_section(f"Demo calibration ({args.engine})", body)

@@ -34,9 +34,9 @@ def _twin_overload() -> dict:
     s = Runner(cfg, TwinEngine(cfg.engine_config(), CostModel(a_ms=14.0, b_ms_per_token=0.3)),
                store).run()
     skipped = store.cursor().execute("SELECT count(*) FILTER (WHERE skipped) FROM frames "
-                                     "WHERE run_id = ?", [s["run_id"]]).fetchone()[0]
+                                     "WHERE run_id = ?", [s.run_id]).fetchone()[0]
     store.close()
-    return {"silent_rate": s["silent_rate"], "skipped": skipped, "frames": s["frames"]}
+    return {"silent_rate": s.silent_rate, "skipped": skipped, "frames": s.frames}
 
 
 def main() -> int:

@@ -57,9 +57,9 @@ class Probes:
                             config.tokens_out, first)
             silent = sum(x > config.budget for x in first) / max(1, len(first))
         else:
-            ms, summary = metronome_frames(self.engine, config, self.store, "full")
-            silent = float(summary["silent_rate"] or 0.0)
-            print(f"  (metronome skipped {summary['skipped_rate']:.1%} of its frames: the "
+            ms, summary, skipped = metronome_frames(self.engine, config, self.store, "full")
+            silent = float(summary.silent_rate or 0.0)
+            print(f"  (metronome skipped {skipped:.1%} of its frames: the "
                   "previous one still owed)", flush=True)
         p95 = pct(ms, 0.95)
         ok = p95 <= TARGET_FRACTION * config.budget and silent <= MAX_SILENT_SHARE

@@ -136,8 +136,9 @@ class _StoreView:
         return self._store.cursor()
 
 
-def metronome_frames(engine, config, store, mode: str = "full") -> tuple[list[float], dict]:
-    """(frame latencies in ms, the run's summary) of a Runner run in `mode` (MODES)."""
+def metronome_frames(engine, config, store, mode: str = "full"):
+    """(frame latencies in ms, the run's RunSummary, the share of frames skipped) of a Runner
+    run in `mode` (MODES)."""
     from runtime import Runner
 
     if mode not in MODES:
@@ -152,5 +153,4 @@ def metronome_frames(engine, config, store, mode: str = "full") -> tuple[list[fl
         store.writer))
     latencies = _Latencies()
     summary = cls(config, engine, view, observers=[latencies]).run()
-    summary["skipped_rate"] = latencies.skipped / max(1, len(latencies.ms))
-    return latencies.ms, summary
+    return latencies.ms, summary, latencies.skipped / max(1, len(latencies.ms))

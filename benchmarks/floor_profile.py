@@ -50,7 +50,7 @@ def profile_phases(engine, base, store, sessions: int, modes, gil: bool = True,
                 ms = raw_frames(engine, sessions, base.frame_ms, base.duration_s,
                                 base.tokens_in, base.tokens_out)
             else:
-                ms, _ = metronome_frames(engine, replace(base, sessions=sessions), store,
+                ms, _, _ = metronome_frames(engine, replace(base, sessions=sessions), store,
                                          driver)
             spy.wait(timeout=60)
             summary = summarise(out) if out.exists() else {"samples": 0}

@@ -81,11 +81,11 @@ def measure(engine, base, store, sessions, modes, runs: int, out=print) -> list[
                          "p95": pct(raw, 0.95),
                          "silent": sum(math.isinf(x) for x in raw) / max(1, len(raw))})
             for mode in modes:
-                ours, summary = metronome_frames(engine, replace(base, sessions=n), store, mode)
+                ours, summary, skipped = metronome_frames(engine, replace(base, sessions=n),
+                                                          store, mode)
                 rows.append({"run": run, "sessions": n, "driver": mode, "p50": pct(ours, 0.5),
-                             "p95": pct(ours, 0.95), "silent": summary["silent_rate"] or 0.0,
-                             "skipped": summary["skipped_rate"],
-                             "rows_lost": summary.get("store", {}).get("rows_lost")})
+                             "p95": pct(ours, 0.95), "silent": summary.silent_rate or 0.0,
+                             "skipped": skipped, "rows_lost": summary.rows_lost})
             line = " · ".join(f"{r['driver']} {_ms(r['p50'], base.budget)}/"
                               f"{_ms(r['p95'], base.budget)}"
                               for r in rows if r["run"] == run and r["sessions"] == n)

@@ -51,10 +51,10 @@ def measure(engine_kind: str, duration_s: float) -> dict:
         cur = store.cursor()
         frames = cur.execute(
             "SELECT t_submit, silent, censored, coalesce(latency_ms, latency_bound_ms) AS ms "
-            "FROM frames WHERE run_id = ?", [summary["run_id"]]).df()
+            "FROM frames WHERE run_id = ?", [summary.run_id]).df()
         events = cur.execute(
             "SELECT t, detail FROM events WHERE run_id = ? AND kind = 'param_change'",
-            [summary["run_id"]]).df()
+            [summary.run_id]).df()
         store.close()
     changes = [{"t": float(t), **json.loads(d)} for t, d in zip(events.t, events.detail)]
     starts = [c.get("requested_t", c["t"]) for c in changes]
@@ -92,8 +92,8 @@ def report(result: dict) -> str:
         f"{sum(r['frames'] for r in quiet)} | {q_p99:.1f}",
         "",
         f"p99 after a change / quiet: {a_p99 / q_p99:.2f}x; "
-        f"run: {result['summary']['frames']} frames, "
-        f"{result['summary']['silent_frames']} silent, stalled {result['summary']['stalled']}",
+        f"run: {result['summary'].frames} frames, "
+        f"{result['summary'].silent_frames} silent, stalled {result['summary'].stalled}",
     ]
     return "\n".join(lines)
 

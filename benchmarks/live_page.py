@@ -87,7 +87,7 @@ def _make_run(store, frames: int, source: str) -> tuple[dict, dict]:
                                     duration_s=frames / (64 * 12.5)), store)
         store.writer.flush(timeout=3600)
         made["record_s"] = round(time.perf_counter() - t, 1)
-        run_id = summary["run_id"]
+        run_id = summary.run_id
     cur = store.cursor()
     made["frames"] = cur.execute("SELECT count(*) FROM frames WHERE run_id = ?",
                                  [run_id]).fetchone()[0]

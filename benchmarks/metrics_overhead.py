@@ -149,7 +149,7 @@ def _run(mode: str, store, exporter, port: int, duration_s: float, tmp: Path) ->
                         "p99_ms": round(q[2], 3), "max_ms": round(worst, 2),
                         "late_share": round(late, 4)},
             "wall_lag": _quantiles(wall.lags_ms),
-            "silent_frames": summary["silent_frames"], "process_cpu_s": round(cpu_s, 2),
+            "silent_frames": summary.silent_frames, "process_cpu_s": round(cpu_s, 2),
             **scrapes}
 
 

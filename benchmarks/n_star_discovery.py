@@ -139,7 +139,7 @@ def n_star_run(args, cal, store, base, steady) -> dict:
         "SELECT min(live), max(live), max(limit_sessions), quantile_cont(p95_ms, 0.05), "
         "quantile_cont(p95_ms, 0.95), count(*) FILTER (WHERE p95_ms > ?) / count(*) "
         "FROM ticks WHERE run_id = ? AND t >= ? AND p95_ms IS NOT NULL",
-        [calibration.TARGET_FRACTION * cal.frame_ms, summary["run_id"],
+        [calibration.TARGET_FRACTION * cal.frame_ms, summary.run_id,
          args.duration / 3]).fetchone()
     held = ("never settled at the target" if rep["n_star"] is None else
             f"from {rep['n_star_at_s']:.1f} s for {rep['n_star_for_s']:.1f} s")
@@ -148,7 +148,7 @@ def n_star_run(args, cal, store, base, steady) -> dict:
           f"Poisson {config.arrival_rate}/s × {args.session_s:g} s sessions, "
           f"{args.duration:g} s, pool {config.pool_blocks}, open budget {args.open_budget}, "
           f"control interval {config.control_interval_s:g} s, window "
-          f"{summary['control_window_s']:g} s")
+          f"{summary.control_window_s:g} s")
     print(f"N* = {rep['n_star'] if rep['n_star'] is not None else '—'} ({held})")
     print(f"N_c = {rep['n_c']}")
     ratio = "—" if rep["ratio"] is None else f"{rep['ratio']:.2f}"
@@ -166,9 +166,9 @@ def n_star_run(args, cal, store, base, steady) -> dict:
             round(rep["n_star"] / steady[0], 2)
         ratio = "—" if result["steady_ratio"] is None else f"{result['steady_ratio']:.2f}"
         print(f"N*/steady N_c = {ratio}")
-    print(f"p95 = {rep['p95'] or '—'}; final cap {summary['final_limit']}, admitted "
+    print(f"p95 = {rep['p95'] or '—'}; final cap {summary.final_limit}, admitted "
           f"{rep['admitted']}, rejected {rep['rejected']}, opens deferred "
-          f"{summary['opens_deferred']}", flush=True)
+          f"{summary.opens_deferred}", flush=True)
     return result
 
 
@@ -194,7 +194,7 @@ def steady_n_c(args, cal, store, start: int) -> tuple[int, list]:
             ok_share, silent = store.cursor().execute(
                 "SELECT avg(CASE WHEN NOT silent AND latency_ms <= ? THEN 1.0 ELSE 0.0 END), "
                 "avg(CASE WHEN silent THEN 1.0 ELSE 0.0 END) FROM frames "
-                "WHERE run_id = ? AND t_submit >= 3.0", [target_ms, summary["run_id"]]
+                "WHERE run_id = ? AND t_submit >= 3.0", [target_ms, summary.run_id]
             ).fetchone()
             served = ok_share is not None and ok_share >= 0.95 and silent <= MAX_SILENT_SHARE
             if ok_share is None:  # no frame after the 3rd second: unknown, so not served

@@ -110,9 +110,9 @@ def main() -> None:
                     engine = engine or make_engine(cfg)
                     s = Runner(cfg, engine, store).run()
                     store.writer.flush()
-                    w = _window(store.cursor(), s["run_id"], args.live, burst, frame_s)
+                    w = _window(store.cursor(), s.run_id, args.live, burst, frame_s)
                     results.append({"repeat": repeat, "burst": burst, "open_budget": budget,
-                                    "opens_deferred": s["opens_deferred"], **w})
+                                    "opens_deferred": s.opens_deferred, **w})
                     print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     finally:
         if engine is not None:

@@ -94,14 +94,14 @@ def main() -> None:
                     load="replay", replay_trace=trace, data_parallel_size=ranks,
                     placement=placement, seed=seed, sessions=100_000), store)  # no cap
                 wall = time.perf_counter() - t0
-                mean_max = float(occupancy(store.cursor(), s["run_id"]).occupancy.max())
+                mean_max = float(occupancy(store.cursor(), s.run_id).occupancy.max())
                 results[placement].append((s, wall, mean_max))
         for placement in PLACEMENTS:
             runs = results[placement]
-            stalled = [sum(r["stalled"] for r in s["ranks"]) for s, _, _ in runs]
-            firsts = [s["stall_at_s"] for s, _, _ in runs if s["stall_at_s"] is not None]
-            frames = sum(s["frames"] for s, _, _ in runs)
-            silent = sum(s["silent_frames"] for s, _, _ in runs)
+            stalled = [sum(r.stalled for r in s.ranks) for s, _, _ in runs]
+            firsts = [s.stall_at_s for s, _, _ in runs if s.stall_at_s is not None]
+            frames = sum(s.frames for s, _, _ in runs)
+            silent = sum(s.silent_frames for s, _, _ in runs)
             print(f"| {ranks} | {placement} | {sum(n > 0 for n in stalled)}/{len(runs)} | "
                   f"{statistics.fmean(stalled):.1f} | {silent / frames:.2%} | "
                   f"{f'{statistics.median(firsts):.1f}' if firsts else '—'} | "

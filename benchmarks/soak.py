@@ -68,9 +68,9 @@ def soak(engine: str, seconds: float, sample_s: float = 5.0, db: str | None = No
     warm = [m for t, m, _ in samples if t > min(60.0, seconds / 4)]
     half = len(warm) // 2
     growth = (statistics.fmean(warm[half:]) - statistics.fmean(warm[:half])) if half else 0.0
-    return {"engine": engine, "seconds": seconds, "status": s["status"], "frames": s["frames"],
-            "silent_rate": s["silent_rate"], "stalled": s["stalled"], "rollovers": s["rollovers"],
-            "tick_overruns": s["tick_overruns"], "max_overrun_ms": s["max_overrun_ms"],
+    return {"engine": engine, "seconds": seconds, "status": s.status, "frames": s.frames,
+            "silent_rate": s.silent_rate, "stalled": s.stalled, "rollovers": s.rollovers,
+            "tick_overruns": s.tick_overruns, "max_overrun_ms": s.max_overrun_ms,
             "rss_start_mb": round(warm[0], 1) if warm else None,
             "rss_end_mb": round(warm[-1], 1) if warm else None,
             "rss_growth_mb": round(growth, 1), "db_mb": round(samples[-1][2], 1),

@@ -155,12 +155,12 @@ def _paced_run(db: str, duration_s: float, rate: float | None) -> dict:
     store.writer.flush(timeout=600)
     q = store.cursor().execute(
         "SELECT quantile_cont(overrun_ms, [0.5, 0.95, 0.99]), max(overrun_ms), count(*) "
-        "FROM ticks WHERE run_id = ? AND t >= 2.0", [summary["run_id"]]).fetchone()
+        "FROM ticks WHERE run_id = ? AND t >= 2.0", [summary.run_id]).fetchone()
     return {"store": "ingesting" if rate else "idle", "fed_rows_per_s": round(fed[0]) if fed
             else 0, "ticks": q[2], "p50_ms": round(q[0][0], 2), "p95_ms": round(q[0][1], 2),
             "p99_ms": round(q[0][2], 2), "max_ms": round(q[1], 2),
             "process_cpu_s_per_s": round(cpu_s / duration_s, 2),
-            "run_rows_lost": summary.get("rows_lost")}
+            "run_rows_lost": summary.rows_lost}
 
 
 def tick_overrun(db: str, rate: float, rounds: int, duration_s: float) -> dict:

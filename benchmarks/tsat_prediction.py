@@ -45,8 +45,8 @@ def main() -> None:
                 cfg = RunConfig(sessions=n, duration_s=round(fill_s * 1.5 + 1, 1), seed=r,
                                 **base)
                 s = Runner(cfg, engine, store).run()
-                pred, full, stall = s["tsat_pred_s"], s["tsat_observed_s"], s["stall_at_s"]
-                if not s["stalled"] or pred is None or full is None:
+                pred, full, stall = s.tsat_pred_s, s.tsat_observed_s, s.stall_at_s
+                if not s.stalled or pred is None or full is None:
                     rows.append((n, r, pred, full, stall, None, None))
                     continue
                 err_full = abs(pred - full) / full

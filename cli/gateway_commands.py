@@ -80,9 +80,10 @@ def cmd_serve(args) -> int:
     out = stdout_for_json()
     summary = serve(config, host=args.host, port=args.port, db=args.db, limits=limits,
                     inlet_limits=inlet_limits, workers=args.workers)
-    out.write((json.dumps(summary, default=str) if args.json else _human(summary)) + "\n")
+    out.write((json.dumps(summary.to_json(), default=str) if args.json else _human(summary))
+              + "\n")
     out.flush()
-    return 0 if summary["status"] in ("finished", "aborted") else EXIT_FAILED
+    return 0 if summary.status in ("finished", "aborted") else EXIT_FAILED
 
 
 def cmd_load(args) -> int:

@@ -70,16 +70,16 @@ def _cmd_run(args) -> int:
             signal.signal(sig, handler)
         engine.shutdown()
         closed = store.close()
-    text = json.dumps(summary) if args.json else _human(summary)
+    text = json.dumps(summary.to_json()) if args.json else _human(summary)
     out.write(text + "\n")
     out.flush()
-    if summary["status"] == "failed":
-        print(f"metronome: error: run {summary['run_id']} failed: {summary['reason']}",
+    if summary.status == "failed":
+        print(f"metronome: error: run {summary.run_id} failed: {summary.reason}",
               file=sys.stderr)
     if not closed:
         print(f"metronome: error: the store {store.path} did not finish writing; rows still "
               "queued were counted lost", file=sys.stderr)
-    return 0 if summary["status"] in ("finished", "aborted") else EXIT_FAILED
+    return 0 if summary.status in ("finished", "aborted") else EXIT_FAILED
 
 
 def _serve_metrics(args):
@@ -103,23 +103,25 @@ def stdout_for_json():
     return saved
 
 
-def _human(summary: dict) -> str:
+def _human(summary: "RunSummary") -> str:  # noqa: F821 - imported lazily
     keys = ("run_id", "status", "reason", "engine", "dtype", "policy", "window", "sinks", "frames",
             "silent_rate", "censored_frames", "on_time_rate", "naive_on_time_rate", "p50_ms",
             "p95_ms", "p99_ms", "max_occupancy", "stalled", "stall_at_s", "tsat_pred_s",
             "rows_lost")
-
-    def shown(key):
-        if key.endswith("_ms") and summary.get(key.replace("_ms", "_censored")):
-            return f"> {summary['budget_ms']:g} (censored: no answer)"
-        return summary.get(key)
-
+    # The field names are the labels: the lines read as the JSON's keys.
+    values = {k: getattr(summary, k) for k in keys}
+    for k in ("p50_ms", "p95_ms", "p99_ms"):
+        if getattr(summary, k.replace("_ms", "_censored")):
+            values[k] = f"> {summary.budget_ms:g} (censored: no answer)"
     # What the model was fed (runtime/inputs.py): an audio-in model's encoder counts too.
-    keys += tuple(k for k in ("input_path", "input", "encoder_frames_per_frame",
-                              "audio_tokens_per_frame", "encoder_ms_per_frame")
-                  if summary.get(k) is not None)
-    lines = [f"{k:>20}: {shown(k)}" for k in keys]
-    lines += [f"{'change':>20}: {c['change']} at {c['t']:g} s" for c in summary["changes"]]
+    audio = summary.audio
+    fed = {"input_path": summary.input_path, "input": summary.input,
+           "encoder_frames_per_frame": audio and audio.encoder_frames_per_frame,
+           "audio_tokens_per_frame": audio and audio.audio_tokens_per_frame,
+           "encoder_ms_per_frame": audio and audio.encoder_ms_per_frame}
+    values.update((k, v) for k, v in fed.items() if v is not None)
+    lines = [f"{k:>20}: {v}" for k, v in values.items()]
+    lines += [f"{'change':>20}: {c['change']} at {c['t']:g} s" for c in summary.changes]
     return "\n".join(lines)
 
 
@@ -219,7 +221,7 @@ def _cmd_demo(args) -> int:
         cur = store.cursor()
         after = [story.silent_after_stall(cur, s) for s in summaries]
         result = {"calibration": cal.as_dict(), "settings": asdict(settings),
-                  "runs": summaries, "silent_after_stall": after,
+                  "runs": [s.to_json() for s in summaries], "silent_after_stall": after,
                   "sentences": [story.sentence(s, a) for s, a in zip(summaries, after)],
                   "story": story.story(cur, *summaries)}
     finally:
@@ -229,5 +231,5 @@ def _cmd_demo(args) -> int:
     else:
         out.write("\n\n".join([_human(s) for s in summaries] + [result["story"]]) + "\n")
     out.flush()
-    failed = any(s["status"] not in ("finished", "aborted") for s in summaries)
+    failed = any(s.status not in ("finished", "aborted") for s in summaries)
     return EXIT_FAILED if failed else 0

@@ -9,6 +9,7 @@ import json
 import pandas as pd
 import streamlit as st
 
+from runtime.run_summary import RunSummary
 from services import calibration
 from services import charts
 from services import experiments
@@ -36,7 +37,7 @@ def draw_results(cur, kind: str, run_ids: list[str]) -> None:
         rows = started_rows(cur, run_ids)
         done = [r for r in rows if r["summary"]]
         if len(done) == 2:
-            st.success(story.story(cur, *(json.loads(r["summary"]) for r in done)))
+            st.success(story.story(cur, *(_summary(r) for r in done)))
         if rows:
             side_by_side(cur, rows, planned=len(run_ids))
         if len(done) == 2:
@@ -73,13 +74,13 @@ def side_by_side(cur, rows: list[dict], planned: int | None = None) -> None:
     for col, row in zip(columns, rows):
         d = data[row["run_id"]]
         if row["summary"]:
-            summary = json.loads(row["summary"])
+            summary = _summary(row)
             stall = views.stall_text(summary)
             stall = {"never": "never stalled",
                      "partial stall": "partial stall (some sessions starved for blocks)"}.get(
                 stall, f"stalled at {stall}")
             col.markdown(f"**{experiments.policy_label(row)}** · seed {row['seed']} · {stall}"
-                         + f" · silent {summary['silent_rate'] or 0:.1%}"
+                         + f" · silent {summary.silent_rate or 0:.1%}"
                          + f" · p95 {views.p95_text(summary)}")
             col.markdown(f"_{story.row_sentence(cur, row)}_")
             col.caption(naive_and_truth(summary))
@@ -146,15 +147,19 @@ def servers_section(cur) -> None:
         side_by_side(cur, finished_rows(cur, list(dict.fromkeys([first, second]))))
 
 
-def naive_and_truth(summary: dict) -> str:
+def _summary(row: dict) -> RunSummary:
+    return RunSummary.from_json(json.loads(row["summary"]))
+
+
+def naive_and_truth(summary: RunSummary) -> str:
     """What a gateway's dashboard showed beside what users heard."""
-    naive, truth = summary.get("naive_on_time_rate"), summary.get("on_time_rate")
+    naive, truth = summary.naive_on_time_rate, summary.on_time_rate
     if naive is None or truth is None:
         return "no frames"
-    gateway = f"gateway answering after {summary['wait_budget']:g} × budget" \
-        if summary.get("wait_budget") else "gateway"
+    gateway = f"gateway answering after {summary.wait_budget:g} × budget" \
+        if summary.wait_budget else "gateway"
     return (f"{gateway} dashboard: {naive:.1%} on time · truth: {truth:.1%} on time, "
-            f"{summary.get('silent_rate') or 0:.1%} silent")
+            f"{summary.silent_rate or 0:.1%} silent")
 
 
 def downloads(run_ids: list[str]) -> None:
@@ -174,7 +179,7 @@ def downloads(run_ids: list[str]) -> None:
 
 
 def n_star(cur, row: dict) -> None:
-    summary = json.loads(row["summary"])
+    summary = _summary(row)
     from console.shell import ensure_rolled_up
 
     ensure_rolled_up(row["run_id"])
@@ -199,15 +204,17 @@ def n_star(cur, row: dict) -> None:
     else:
         d.metric(f"N* / N_c (compute limit {cal.n_c}, {cal.label()})",
                  "—" if rep["ratio"] is None else f"{rep['ratio']:.2f}")
-    if summary["rejected"] == 0:
+    if summary.rejected == 0:
         st.warning("No session was ever rejected: demand never reached the cap, so this is the "
                    "offered load, not N*. Raise the arrival rate or the session length.")
     mark = converged if rep["n_star"] is None else rep["n_star"]
     st.altair_chart(charts.limit_chart(ticks, mark, (0.0, float(row["duration_s"]))),
                     width="stretch")
-    st.dataframe(pd.DataFrame([{k: summary[k] for k in (
-        "n_star", "n_star_at_s", "admitted", "rejected", "p95_ms", "p95_censored",
-        "silent_rate", "on_time_rate", "stalled")}]),
+    s = summary
+    st.dataframe(pd.DataFrame([{
+        "n_star": s.n_star, "n_star_at_s": s.n_star_at_s, "admitted": s.admitted,
+        "rejected": s.rejected, "p95_ms": s.p95_ms, "p95_censored": s.p95_censored,
+        "silent_rate": s.silent_rate, "on_time_rate": s.on_time_rate, "stalled": s.stalled}]),
         hide_index=True)
 
 

@@ -13,7 +13,9 @@ import math
 import pandas as pd
 import streamlit as st
 
+from runtime.run_summary import RunSummary
 from services import charts
+from services import server_runs
 # The data half lives in services/live_data.py (no Streamlit); named here for the pages.
 from services.live_data import (MAX_BUCKETS, LiveData, bucket_for, engine_label,  # noqa: F401
                            live_data, policy_text, run_label, target_ms)
@@ -61,7 +63,11 @@ def store_lost(row: dict, store_health: dict | None) -> str | None:
     summary once it ended, from the writer while it runs), else None."""
     if row.get("summary"):
         summary = json.loads(row["summary"])
-        lost, errors = summary.get("rows_lost") or 0, summary.get("store_errors") or {}
+        if not server_runs.is_remote(row):  # a load client's summary is of another shape
+            summary = RunSummary.from_json(summary)
+            lost, errors = summary.rows_lost or 0, summary.store_errors or {}
+        else:
+            lost, errors = summary.get("rows_lost") or 0, summary.get("store_errors") or {}
     elif store_health is not None:
         lost, errors = sum(store_health["rows_lost"].values()), store_health["errors"]
     else:
@@ -208,24 +214,24 @@ def stalled_rank_text(ranks: pd.DataFrame) -> str | None:
 def summary_metrics(summary_json: str | None) -> None:
     if not summary_json:
         return
-    summary = json.loads(summary_json)
-    if "silent_rate" not in summary:  # the load client's run: what it saw of another server
-        client_metrics(summary)
+    stored = json.loads(summary_json)
+    if "silent_rate" not in stored:  # the load client's run: what it saw of another server
+        client_metrics(stored)
         return
+    summary = RunSummary.from_json(stored)
     cols = st.columns(6)
-    cols[0].metric("frames", summary["frames"])
-    cols[1].metric("silent", _pct(summary["silent_rate"]))
-    cols[2].metric("on time", _pct(summary["on_time_rate"]))
+    cols[0].metric("frames", summary.frames)
+    cols[1].metric("silent", _pct(summary.silent_rate))
+    cols[2].metric("on time", _pct(summary.on_time_rate))
     cols[3].metric("p95 (truth)", p95_text(summary),
                    help="'> budget': the p95's rank falls among frames that got no answer, "
                         "whose latency is unknown (censored), so it is not a number")
-    cols[4].metric("max ρ", f"{summary['max_occupancy']:.2f}")
+    cols[4].metric("max ρ", f"{summary.max_occupancy:.2f}")
     cols[5].metric("stalled at", stall_text(summary), help=SILENCE_HELP)
-    causes = {c: summary.get(f"silent_{c}_frames") for c in ("memory", "compute", "guard",
-                                                              "other")}
-    if summary["silent_frames"] and None not in causes.values():
+    causes = summary.silent_by_cause
+    if summary.silent_frames and None not in causes.values():
         st.caption("Silent frames by cause: " + ", ".join(
-            f"{cause} {n}" for cause, n in causes.items() if n) + f" (of {summary['frames']})")
+            f"{cause} {n}" for cause, n in causes.items() if n) + f" (of {summary.frames})")
 
 
 def client_metrics(summary: dict) -> None:
@@ -247,22 +253,22 @@ SILENCE_HELP = ("stall: the pool was full and no session got a token (every conv
                 "while others ran; compute: steps ran past the deadline with room in the pool")
 
 
-def stall_text(summary: dict) -> str:
-    stall = summary["stall_at_s"]
+def stall_text(summary: RunSummary) -> str:
+    stall = summary.stall_at_s
     if stall is not None:
-        if (summary.get("data_parallel_size") or 1) > 1 and summary.get("stalled_rank") is not None:
-            return f"{stall:.1f} s (rank {summary['stalled_rank']})"
+        if summary.ranked and summary.stalled_rank is not None:
+            return f"{stall:.1f} s (rank {summary.stalled_rank})"
         return f"{stall:.1f} s"
-    if summary.get("partial_stall"):
+    if summary.partial_stall:
         return "partial stall"
     return "never"
 
 
-def p95_text(summary: dict) -> str:
+def p95_text(summary: RunSummary) -> str:
     """The run's p95: a number, or "> budget" when its rank falls among unanswered frames."""
-    if summary.get("p95_censored"):
-        return f"> {summary['budget_ms']:g} ms"
-    return _ms(summary.get("p95_ms"))
+    if summary.p95_censored:
+        return f"> {summary.budget_ms:g} ms"
+    return _ms(summary.p95_ms)
 
 
 def _weighted(df: pd.DataFrame, column: str) -> float | None:

@@ -24,6 +24,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 from prometheus_client.registry import Collector
 
 from metrics.run_state import FRAME_OUTCOMES, RunState
+from runtime.run_summary import RunSummary
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class MetricsExporter(Collector):
                          policy=config.policy, window_tokens=config.window,
                          sink_tokens=config.sinks)
 
-    def run_ended(self, run_id: str, summary: dict | None = None) -> None:
+    def run_ended(self, run_id: str, summary: RunSummary | None = None) -> None:
         """The run is over (also inferred from its `end` event): its gauges leave the scrape."""
         with self._lock:
             state = self._runs.get(run_id)

@@ -5,6 +5,7 @@ from runtime.config import ADMISSIONS, RunConfig
 from runtime.drive import execute, latest_cost_model, make_engine, run_series
 from runtime.live_settings import LiveSettings
 from runtime.loop import Runner
+from runtime.run_summary import RunSummary
 
-__all__ = ["ADMISSIONS", "ENGINES", "LiveSettings", "RunConfig", "Runner", "execute",
+__all__ = ["ADMISSIONS", "ENGINES", "LiveSettings", "RunConfig", "RunSummary", "Runner", "execute",
            "latest_cost_model", "make_engine", "run_series"]

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 
 from runtime.config import RunConfig
 from runtime.loop import Runner
+from runtime.run_summary import RunSummary
 
 
 def make_engine(config: RunConfig, store=None):
@@ -38,7 +39,7 @@ def latest_cost_model(store):
                      source=str(row["source_run_id"]))
 
 
-def execute(config: RunConfig, store, engine=None) -> dict:
+def execute(config: RunConfig, store, engine=None) -> RunSummary:
     """Run one experiment start to end; builds and shuts down the engine unless given one."""
     own = engine is None
     engine = engine or make_engine(config, store)
@@ -52,7 +53,7 @@ def execute(config: RunConfig, store, engine=None) -> dict:
 def run_series(configs: Iterable[RunConfig], store, *,
                engine_factory: Callable[[RunConfig, object], object] = make_engine,
                before: Callable[[int, RunConfig], None] | None = None,
-               after: Callable[[dict], None] | None = None) -> list[dict]:
+               after: Callable[[RunSummary], None] | None = None) -> list[RunSummary]:
     """Run `configs` in order, each on a fresh engine from `engine_factory(config, store)`;
     returns their summaries. `before(index, config)` runs as each starts (progress),
     `after(summary)` once each has ended."""

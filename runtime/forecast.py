@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from runtime.config import RunConfig
+from runtime.run_summary import RunSummary
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def forecast(config: RunConfig, seeds: int = 200, cost=None,
     started = time.perf_counter()
     done = 0
 
-    def after(_summary: dict) -> None:
+    def after(_summary: RunSummary) -> None:
         nonlocal done
         done += 1
         store.drop_bulk_rows()  # each run's rows are only needed for its own summary
@@ -101,13 +102,13 @@ def forecast(config: RunConfig, seeds: int = 200, cost=None,
             after=after)
     finally:
         store.close()
-    stalls = [s["stall_at_s"] for s in summaries if s["stalled"]]
+    stalls = [s.stall_at_s for s in summaries if s.stalled]
     low, high = wilson_interval(len(stalls), seeds)
     policy = base.kv_policy().label
     result = CollapseForecast(
-        policy, seeds, len(stalls), sum(1 for s in summaries if s.get("partial_stall")), low,
+        policy, seeds, len(stalls), sum(1 for s in summaries if s.partial_stall), low,
         high, statistics.median(stalls) if stalls else None,
-        statistics.median(s["silent_rate"] or 0.0 for s in summaries), base.duration_s,
+        statistics.median(s.silent_rate or 0.0 for s in summaries), base.duration_s,
         time.perf_counter() - started)
     logger.info("forecast %s over %d seeds in %.1f s", result.sentence(), seeds, result.wall_s)
     return result

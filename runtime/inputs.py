@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from engine.contract import Engine
 from load_gen import input_feed
+from runtime.run_summary import AudioInput
 
 
 def input_summary(engine: Engine, load_kind: str, before: dict, after: dict) -> dict:
-    """The summary's input fields. `before`/`after`: `engine.input_stats()` at the run's start
+    """The summary's input fields (RunSummary's input_path, input and, for an audio-in model,
+    audio). `before`/`after`: `engine.input_stats()` at the run's start
     and end (an engine serves several runs: its counts are since it started)."""
     audio_in = engine.frame_token_ids is not None
     fields = {"input_path": engine.input_path, "input": input_feed(load_kind, audio_in)}
@@ -21,7 +23,7 @@ def input_summary(engine: Engine, load_kind: str, before: dict, after: dict) -> 
     def per(value, n):
         return round(value / n, 3) if n else None
 
-    fields.update(
+    fields["audio"] = AudioInput(
         tokens_in_per_frame=len(engine.frame_token_ids),  # what the processor makes of one
         frames_submitted=handed, encoder_passes=delta.get("encoder_passes", 0),
         encoder_frames=encoded,

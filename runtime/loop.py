@@ -10,7 +10,7 @@ live in their own rooms:
     telemetry.py  per tick: pools, tokens, stall, ρ(t) and t_sat, overruns, the tick rows,
                   what placement and the memory guard weigh (one PoolMonitor per rank, pools.py)
     changes.py    live W/S/policy, target, limit and stall guard changes
-    summary.py    the run row and the summary JSON
+    summary.py    the run row and the RunSummary (run_summary.py; JSON only in the store)
 
 The loop never touches DuckDB or Streamlit itself: rows go to the store's writer queue.
 """
@@ -35,6 +35,7 @@ from runtime.config import RunConfig
 from runtime.live_settings import LiveSettings, LiveState
 from runtime.record import Recorder
 from runtime.remote import ORIGIN
+from runtime.run_summary import RunSummary
 from runtime.sessions import Sessions
 from runtime.trace_source import checked_trace
 from runtime.inputs import input_summary
@@ -70,7 +71,7 @@ class Runner:
         self._stop = threading.Event()
         self._stop_reason = "stopped by operator"
         self._thread: threading.Thread | None = None
-        self.summary: dict | None = None
+        self.summary: RunSummary | None = None
         self.status = "created"
         self.progress = 0.0  # fraction of the planned duration done
         self._seq = itertools.count()
@@ -134,7 +135,7 @@ class Runner:
         return self.status == "running"
 
     # --- the loop -----------------------------------------------------------------------------
-    def run(self) -> dict:
+    def run(self) -> RunSummary:
         cfg = self.config
         writer = self.store.writer
         self.status = "running"

@@ -21,6 +21,8 @@ from runtime.config import RunConfig
 from runtime.pools import (PoolMonitor, PoolSample, TickCounts, growth_per_session_per_s,
                            memory_signals)
 from runtime.record import Recorder
+from runtime.run_summary import RankSummary
+from runtime.tick_rows import RankTickRow, TickRow
 
 __all__ = ["EngineFailed", "Telemetry", "TickSample"]
 
@@ -129,19 +131,19 @@ class Telemetry:
         for monitor in self.monitors:
             monitor.occupancy.add(sample.t_rel, monitor.sample.pool.occupancy)
         fit = self.occupancy.fit()
-        rec.add("ticks", {
-            "run_id": rec.run_id, "tick": k, "t": sample.t_rel, "live": live,
-            "limit_sessions": limit, "occupancy": pool.occupancy,
-            "used_blocks": pool.used_blocks, "total_blocks": pool.total_blocks,
-            "running": pool.running, "waiting": pool.waiting, "paused": pool.paused,
-            "admitted": admitted, "rejected": rejected, "evicted": rec.totals.evicted,
-            "overrun_ms": sample.overrun_ms, "tokens_out": sample.tokens_out,
-            "frames_waiting": sample.frames_owed, "stalled": sample.stalled, "p95_ms": p95_ms,
-            "n_star": n_star,
+        rec.add("ticks", TickRow(
+            run_id=rec.run_id, tick=k, t=sample.t_rel, live=live,
+            limit_sessions=limit, occupancy=pool.occupancy,
+            used_blocks=pool.used_blocks, total_blocks=pool.total_blocks,
+            running=pool.running, waiting=pool.waiting, paused=pool.paused,
+            admitted=admitted, rejected=rejected, evicted=rec.totals.evicted,
+            overrun_ms=sample.overrun_ms, tokens_out=sample.tokens_out,
+            frames_waiting=sample.frames_owed, stalled=sample.stalled, p95_ms=p95_ms,
+            n_star=n_star,
             **rec.take_tick_silent(),
-            "tsat_s": self.occupancy.t_sat_from_now(),
-            "rho_slope_per_s": None if fit is None else fit.slope_per_s,
-            "window_tokens": policy.window_tokens, "sink_tokens": policy.sink_tokens})
+            tsat_s=self.occupancy.t_sat_from_now(),
+            rho_slope_per_s=None if fit is None else fit.slope_per_s,
+            window_tokens=policy.window_tokens, sink_tokens=policy.sink_tokens).as_row())
         if self.ranked:
             self._write_ranks(k, sample.t_rel, live_by_rank)
         # vars(), not asdict(): asdict deep-copies every field, a tick's largest cost on the
@@ -155,15 +157,15 @@ class Telemetry:
         for monitor in self.monitors:
             s = monitor.sample
             frames, silent = rec.take_rank_tick(s.rank)
-            rec.add("rank_ticks", {
-                "run_id": rec.run_id, "tick": k, "t": t_rel, "rank": s.rank,
-                "live": live_by_rank.get(s.rank, 0), "occupancy": s.pool.occupancy,
-                "used_blocks": s.pool.used_blocks, "total_blocks": s.pool.total_blocks,
-                "running": s.pool.running, "waiting": s.pool.waiting, "paused": s.pool.paused,
-                "tokens_out": s.tokens_out, "frames_waiting": s.frames_owed,
-                "stalled": s.stalled, "frames": frames, "silent_frames": silent,
-                "tsat_s": monitor.occupancy.t_sat_from_now(),
-                "rho_slope_per_s": monitor.slope_per_s()})
+            rec.add("rank_ticks", RankTickRow(
+                run_id=rec.run_id, tick=k, t=t_rel, rank=s.rank,
+                live=live_by_rank.get(s.rank, 0), occupancy=s.pool.occupancy,
+                used_blocks=s.pool.used_blocks, total_blocks=s.pool.total_blocks,
+                running=s.pool.running, waiting=s.pool.waiting, paused=s.pool.paused,
+                tokens_out=s.tokens_out, frames_waiting=s.frames_owed,
+                stalled=s.stalled, frames=frames, silent_frames=silent,
+                tsat_s=monitor.occupancy.t_sat_from_now(),
+                rho_slope_per_s=monitor.slope_per_s()).as_row())
 
     # --- what placement and the guards weigh --------------------------------------------------
     def loads(self, live_by_rank: dict) -> list[RankLoad]:
@@ -190,14 +192,14 @@ class Telemetry:
 
     # --- the summary --------------------------------------------------------------------------
     def summary(self) -> dict:
-        """Per rank: max occupancy, whether and when it stalled, its frames and silent frames;
-        the first rank to stall."""
+        """The summary's rank fields: per rank (RankSummary) max occupancy, whether and when it
+        stalled, its frames and silent frames; the first rank to stall."""
         rec = self.recorder
-        ranks = [{"rank": m.rank, "max_occupancy": round(m.max_occupancy, 4),
-                  "stalled": m.first_stall_at is not None,
-                  "stall_at_s": None if m.first_stall_at is None else round(m.first_stall_at, 3),
-                  "frames": rec.rank_frames.get(m.rank, 0),
-                  "silent_frames": rec.rank_silent.get(m.rank, 0)} for m in self.monitors]
-        stalled = [(r["stall_at_s"], r["rank"]) for r in ranks if r["stall_at_s"] is not None]
+        ranks = tuple(RankSummary(
+            m.rank, round(m.max_occupancy, 4), m.first_stall_at is not None,
+            None if m.first_stall_at is None else round(m.first_stall_at, 3),
+            rec.rank_frames.get(m.rank, 0), rec.rank_silent.get(m.rank, 0))
+            for m in self.monitors)
+        stalled = [(r.stall_at_s, r.rank) for r in ranks if r.stall_at_s is not None]
         return {"ranks": ranks, "stalled_rank": min(stalled)[1] if stalled else None,
                 "data_parallel_size": self.n}

@@ -56,7 +56,7 @@ def run(config: RunConfig, store: Store) -> str:
     finally:
         engine.shutdown()
     store.writer.flush()
-    return summary["run_id"]
+    return summary.run_id
 
 
 def main() -> int:

@@ -263,10 +263,10 @@ class _Search:
         config = replace(self.base, sessions=n, frame_ms=frame_ms, duration_s=duration)
         target_ms = TARGET_FRACTION * config.budget
         s = execute(config, self.store, self.eng)
-        self.steps.extend(queries.steps(self.store.cursor(), s["run_id"]))
-        p95 = None if s["p95_censored"] or s["p95_ms"] is None else float(s["p95_ms"])
-        silent = float(s["silent_rate"] or 0.0)
-        ok = s["status"] == "finished" and p95 is not None and p95 <= target_ms \
+        self.steps.extend(queries.steps(self.store.cursor(), s.run_id))
+        p95 = None if s.p95_censored or s.p95_ms is None else float(s.p95_ms)
+        silent = float(s.silent_rate or 0.0)
+        ok = s.status == "finished" and p95 is not None and p95 <= target_ms \
             and silent <= MAX_SILENT_SHARE
         found[n] = (n, p95, silent, ok)
         self.probes.append((n, p95, silent, ok, frame_ms))

@@ -19,7 +19,7 @@ from dataclasses import replace
 import pandas as pd
 
 from engine.contract import KVPolicy
-from runtime import RunConfig
+from runtime import RunConfig, RunSummary
 from store import rollup_marks
 
 KINDS = ("cliff vs slope", "collapse", "N* discovery")
@@ -56,30 +56,30 @@ def n_star(base: RunConfig, window: int, sinks: int) -> list[RunConfig]:
                     window=window, sinks=sinks)]
 
 
-def n_star_report(summary: dict, n_c: int | None, silent_at_cap: float | None) -> dict:
+def n_star_report(summary: RunSummary, n_c: int | None, silent_at_cap: float | None) -> dict:
     """What N* discovery reports: N* (the live count held at the target over the last stable
     stretch; None: it never settled), when and for how long, N_c and N*/N_c, the silent share
     of frames over that stretch (`silent_at_cap`, from the store) and the run's p95, censored
     shown as "> budget" (its rank among frames with no answer: not a number)."""
-    n_star = summary.get("n_star")
-    p95 = (f"> {summary['budget_ms']:g} ms (budget)" if summary.get("p95_censored")
-           else None if summary.get("p95_ms") is None else f"{summary['p95_ms']:.1f} ms")
-    return {"n_star": n_star, "n_star_at_s": summary.get("n_star_at_s"),
-            "n_star_for_s": summary.get("n_star_for_s"), "n_c": n_c,
+    n_star = summary.n_star
+    p95 = (f"> {summary.budget_ms:g} ms (budget)" if summary.p95_censored
+           else None if summary.p95_ms is None else f"{summary.p95_ms:.1f} ms")
+    return {"n_star": n_star, "n_star_at_s": summary.n_star_at_s,
+            "n_star_for_s": summary.n_star_for_s, "n_c": n_c,
             "ratio": None if n_star is None or not n_c else round(n_star / n_c, 2),
-            "silent_at_cap": silent_at_cap, "p95": p95, "silent_rate": summary["silent_rate"],
-            "rejected": summary["rejected"], "admitted": summary["admitted"]}
+            "silent_at_cap": silent_at_cap, "p95": p95, "silent_rate": summary.silent_rate,
+            "rejected": summary.rejected, "admitted": summary.admitted}
 
 
-def silent_at_cap(cur, summary: dict) -> float | None:
+def silent_at_cap(cur, summary: RunSummary) -> float | None:
     """The silent share of the frames N*'s stretch judged (None: no N*): from one control
     window before its first sample (a run from before the window: one 1 s interval) to its end."""
-    if summary.get("n_star") is None:
+    if summary.n_star is None:
         return None
-    judged_s = float(summary.get("control_window_s") or 1.0)
-    end = float(summary["n_star_at_s"]) + float(summary["n_star_for_s"])
-    return rollup_marks.silent_share(cur, summary["run_id"],
-                                      float(summary["n_star_at_s"]) - judged_s, end)
+    judged_s = float(summary.control_window_s or 1.0)
+    end = float(summary.n_star_at_s) + float(summary.n_star_for_s)
+    return rollup_marks.silent_share(cur, summary.run_id,
+                                      float(summary.n_star_at_s) - judged_s, end)
 
 
 def converged_cap(ticks: pd.DataFrame) -> int | None:
@@ -116,17 +116,18 @@ def collapse_table(rows: list[dict]) -> pd.DataFrame:
     """Per policy: k/n runs stalled, partially stalled (memory-caused silence without a total
     stall) and compute-silent, the median stall time, the mean silent-frame rate.
     `rows` are runs rows (queries.run_row) of finished runs."""
-    by_policy: dict[str, list[dict]] = {}
+    by_policy: dict[str, list[RunSummary]] = {}
     for row in rows:
         if row.get("summary"):
-            by_policy.setdefault(policy_label(row), []).append(json.loads(row["summary"]))
+            by_policy.setdefault(policy_label(row), []).append(
+                RunSummary.from_json(json.loads(row["summary"])))
     table = []
     for label, summaries in by_policy.items():
-        stalls = [s["stall_at_s"] for s in summaries if s["stalled"]]
-        silent = [s["silent_rate"] for s in summaries if s["silent_rate"] is not None]
+        stalls = [s.stall_at_s for s in summaries if s.stalled]
+        silent = [s.silent_rate for s in summaries if s.silent_rate is not None]
         n = len(summaries)
-        partial = sum(1 for s in summaries if s.get("silence") == "partial stall")
-        compute = sum(1 for s in summaries if s.get("silence") == "compute")
+        partial = sum(1 for s in summaries if s.silence == "partial stall")
+        compute = sum(1 for s in summaries if s.silence == "compute")
         table.append({"policy": label, "stalled": len(stalls), "runs": n,
                       "k/n stalled": f"{len(stalls)}/{n}",
                       "k/n partially stalled": f"{partial}/{n}",

@@ -7,7 +7,7 @@ import json
 from dataclasses import fields
 
 from load_gen.trace_load import RECORDED_FIELDS
-from runtime import RunConfig
+from runtime import RunConfig, RunSummary
 from runtime.trace_source import checked_trace, recording_settings
 
 _DEFAULTS = {f.name: f.default for f in fields(RunConfig)}
@@ -53,7 +53,7 @@ def run_config(args: dict, given: set[str] | frozenset = frozenset()) -> RunConf
 def headline(row: dict, original: dict | None = None) -> str:
     """'same load, W = 256: no stall, p95 41 ms' for a replay (with its original beside it),
     'original, unbounded: stalled at 2.1 s, p95 160 ms' for the run it replayed."""
-    summary = json.loads(row["summary"]) if row.get("summary") else {}
+    summary = RunSummary.from_json(json.loads(row["summary"])) if row.get("summary") else None
     if row["policy"] == "window":
         policy = f"W = {row['window_tokens']}" + (f", S = {row['sink_tokens']}"
                                                   if row.get("sink_tokens") else "")
@@ -66,9 +66,9 @@ def headline(row: dict, original: dict | None = None) -> str:
             if row.get(key) != original.get(key):
                 changed.append(f"{label} {row.get(key)}")
     what = ", ".join([policy, *changed])
-    stall = summary.get("stall_at_s")
-    fate = "no stall" if not summary.get("stalled") else f"stalled at {stall:.1f} s"
-    p95 = summary.get("p95_ms")
+    stalled = summary is not None and summary.stalled
+    fate = f"stalled at {summary.stall_at_s:.1f} s" if stalled else "no stall"
+    p95 = None if summary is None else summary.p95_ms
     p95_text = "" if p95 is None else f", p95 {p95:.0f} ms"
     prefix = "original" if original is None else "same load"
     return f"{prefix}, {what}: {fate}{p95_text}"

@@ -16,7 +16,7 @@ import uuid
 import weakref
 from dataclasses import dataclass
 
-from runtime import LiveSettings, RunConfig, Runner, make_engine
+from runtime import LiveSettings, RunConfig, Runner, RunSummary, make_engine
 from store import open_store
 from store.schedules import latest_drift
 
@@ -60,7 +60,7 @@ class HostState:
     simulated: bool
     progress: float  # of the run under way, 0..1
     error: str | None
-    summary: dict | None  # the run's summary once it ended
+    summary: RunSummary | None  # the run's summary once it ended
     config: RunConfig | None
     series: SeriesState | None
     note: tuple[float, str] | None  # (fraction, text) while preparing, else the last one
@@ -285,8 +285,8 @@ class RunHost:
                 summary = runner.run()
                 if self._exporter is not None:
                     self._exporter.run_ended(run_id, summary)
-                status = summary["status"]
-                error = summary["reason"] if status == "failed" else None
+                status = summary.status
+                error = summary.reason if status == "failed" else None
         except Exception as exc:  # noqa: BLE001 - e.g. the store writer timing out at the end
             logger.exception("run %s failed", run_id)
             status, error = "failed", one_line(exc)

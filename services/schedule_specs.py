@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from apscheduler.triggers.cron import CronTrigger
 
 from services import experiments
-from runtime import RunConfig
+from runtime import RunConfig, RunSummary
 from runtime.trace_source import checked_trace
 from store import queries
 
@@ -174,18 +174,19 @@ def params_for(kind: str, settings: dict, window: int = 128, sinks: int = 0, rep
 
 
 # --- what a fire measured -----------------------------------------------------------------
-def t_sat(summary: dict) -> float | None:
+def t_sat(summary: RunSummary) -> float | None:
     """When the pool reached ρ ≈ 1 (observed), else the prediction at the stall; None for a
     run whose pool never filled and was not heading there."""
-    for key in ("tsat_observed_s", "tsat_pred_s"):
-        if summary.get(key) is not None:
-            return float(summary[key])
+    for value in (summary.tsat_observed_s, summary.tsat_pred_s):
+        if value is not None:
+            return float(value)
     return None
 
 
 def fire_metrics(cur, kind: str, rows: list[dict]) -> dict:
     """N* and t_sat of a fire's finished runs (queries.run_row rows)."""
-    summaries = [(row, json.loads(row["summary"])) for row in rows if row.get("summary")]
+    summaries = [(row, RunSummary.from_json(json.loads(row["summary"]))) for row in rows
+                 if row.get("summary")]
     out = {"n_star": None, "t_sat_s": None}
     if kind == "N* discovery":
         for row, _ in summaries:

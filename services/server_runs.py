@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from runtime.run_summary import RunSummary
+
 REMOTE = "remote"  # runs.engine of a run the load client recorded
 MAX_SESSIONS_DRAWN = 32  # the silence map's rows: a comparison draws once, but stays readable
 
@@ -83,22 +85,45 @@ def figures(row: dict) -> dict:
     """The figures two servers compare on, from either kind of summary: frames, silent share,
     on-time share, p95 of the frames answered (a client run; "> budget" never applies there,
     silent frames are counted apart), unmapped deltas (a client run)."""
-    summary = _json(row.get("summary"))
+    if not is_remote(row):
+        return _run_figures(row)
+    summary = _json(row.get("summary"))  # the load client's (gateway/client_record.py)
     frames = summary.get("frames") or 0
     silent = summary.get("silent_frames")
-    share = summary.get("silent_rate")
-    if share is None and silent is not None and frames:
-        share = silent / frames
-    if is_remote(row):
-        p95 = summary.get("last_delta_p95_ms")
-        p95_text = "—" if p95 is None else f"{p95:.0f} ms (answered frames)"
-    else:
-        p95 = summary.get("p95_ms")
-        p95_text = f"> {summary.get('budget_ms', 0):g} ms" if summary.get("p95_censored") \
-            else "—" if p95 is None else f"{p95:.0f} ms"
+    share = silent / frames if silent is not None and frames else None
+    p95 = summary.get("last_delta_p95_ms")
     return {"frames": frames, "silent_frames": silent, "silent_share": share,
-            "on_time_rate": summary.get("on_time_rate"), "p95": p95_text,
-            "deltas_unmapped": summary.get("stray_deltas") if is_remote(row) else None}
+            "on_time_rate": summary.get("on_time_rate"),
+            "p95": "—" if p95 is None else f"{p95:.0f} ms (answered frames)",
+            "deltas_unmapped": summary.get("stray_deltas")}
+
+
+def _run_figures(row: dict) -> dict:
+    """figures of a Metronome run (its RunSummary; a run still going has none yet)."""
+    text = row.get("summary")
+    s = RunSummary.from_json(_json(text)) if text else None
+    if s is None:
+        return {"frames": 0, "silent_frames": None, "silent_share": None,
+                "on_time_rate": None, "p95": "—", "deltas_unmapped": None}
+    share = s.silent_rate
+    if share is None and s.frames:
+        share = s.silent_frames / s.frames
+    p95 = f"> {s.budget_ms or 0:g} ms" if s.p95_censored \
+        else "—" if s.p95_ms is None else f"{s.p95_ms:.0f} ms"
+    return {"frames": s.frames, "silent_frames": s.silent_frames, "silent_share": share,
+            "on_time_rate": s.on_time_rate, "p95": p95, "deltas_unmapped": None}
+
+
+def list_columns(row: dict) -> dict:
+    """A runs list's figures of a row: frames, p95_ms, stalled, stall_at_s (a client run: its
+    frames only; None where a run has no summary yet)."""
+    summary = _json(row.get("summary"))
+    if is_remote(row) or not summary:
+        return {"frames": summary.get("frames"), "p95_ms": None, "stalled": None,
+                "stall_at_s": None}
+    s = RunSummary.from_json(summary)
+    return {"frames": s.frames, "p95_ms": s.p95_ms, "stalled": s.stalled,
+            "stall_at_s": s.stall_at_s}
 
 
 def headline(row: dict) -> str:

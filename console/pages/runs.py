@@ -3,7 +3,6 @@ replay beside its original, export a run's frames (Parquet, CSV) and a report (H
 open a run that retention moved to Parquet."""
 
 import io
-import json
 
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
@@ -74,10 +73,10 @@ records = history.to_dict("records")
 history.insert(int(history.columns.get_loc("engine")) + 1, "server",
                [server_runs.server_text(r) for r in records])
 shares = [server_runs.figures(r)["silent_share"] for r in records]
-summaries = [json.loads(s) if s else {} for s in history.pop("summary")]
+columns = [server_runs.list_columns(r) for r in records]
+history.pop("summary")
 for key in ("frames", "silent_rate", "p95_ms", "stalled", "stall_at_s"):
-    history[key] = [s.get(key) for s in summaries]
-history["silent_rate"] = shares
+    history[key] = shares if key == "silent_rate" else [c[key] for c in columns]
 st.dataframe(history, hide_index=True)
 records = history.to_dict("records")
 labels = {r["run_id"]: views.run_label(r) for r in records}

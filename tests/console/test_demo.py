@@ -15,7 +15,7 @@ from services import calibration
 from services import demo
 from services import story
 from engine.twin import CostModel, TwinEngine
-from runtime import RunConfig, Runner
+from runtime import RunConfig, Runner, RunSummary
 from store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,11 +38,11 @@ def _run_pair(settings: demo.DemoSettings, cost: CostModel, store) -> list[dict]
     return out
 
 
-def _assert_cliff_and_slope(cliff: dict, slope: dict, store) -> None:
-    assert cliff["stalled"], cliff
+def _assert_cliff_and_slope(cliff: RunSummary, slope: RunSummary, store) -> None:
+    assert cliff.stalled, cliff
     after = story.silent_after_stall(store.cursor(), cliff)
     assert after is not None and after >= 0.5, after
-    assert not slope["stalled"] and slope["silent_rate"] <= 0.01, slope
+    assert not slope.stalled and slope.silent_rate <= 0.01, slope
 
 
 def test_derived_settings_move_with_the_machine_and_both_show_a_cliff_and_a_slope(store):
@@ -126,9 +126,8 @@ def test_a_confirm_lasts_its_ticks_at_every_period(monkeypatch):
     as many ticks as the 80 ms one, not over the same seconds."""
     durations = []
     monkeypatch.setattr(calibration, "execute", lambda config, store, eng: (
-        durations.append(config.duration_s) or {"p95_censored": False, "p95_ms": 1.0,
-                                                 "silent_rate": 0.0, "status": "finished",
-                                                 "run_id": "x"}))
+        durations.append(config.duration_s) or RunSummary("x", "finished", p95_ms=1.0,
+                                                           silent_rate=0.0)))
     monkeypatch.setattr(calibration.queries, "steps", lambda cur, run_id: [])
     search = calibration._Search(calibration.probe_base("vllm", "tiny"), None,
                                  lambda fraction, text: None, None)
@@ -255,15 +254,16 @@ def test_predicted_t_sat_matches_the_formula():
 
 
 def test_story_sentences_read_without_engineering():
-    stalled = {"stalled": True, "stall_at_s": 6.34, "naive_on_time_rate": 1.0,
-               "silent_rate": 0.6, "policy": "unbounded"}
+    stalled = RunSummary("r1", "finished", stalled=True, stall_at_s=6.34,
+                         naive_on_time_rate=1.0, silent_rate=0.6, policy="unbounded")
     assert story.sentence(stalled, 0.98) == (
         "after 6.3 s the engine went silent for every session (98% of frames after that got "
         "no answer) while its dashboard still showed 100% on time")
-    slope = {"stalled": False, "policy": "window", "window": 128, "max_occupancy": 0.4123,
-             "silent_frames": 0, "silence": "none", "naive_on_time_rate": 1.0}
+    slope = RunSummary("r2", "finished", stalled=False, policy="window", window=128,
+                       max_occupancy=0.4123, silent_frames=0, silence="none",
+                       naive_on_time_rate=1.0)
     assert story.sentence(slope) == "occupancy levelled at 0.41 with W = 128, no silent frame"
-    slow = {**slope, "silent_frames": 30, "silent_rate": 0.05, "silence": "compute"}
+    slow = replace(slope, silent_frames=30, silent_rate=0.05, silence="compute")
     assert "5.0% of frames silent (too slow for this machine" in story.sentence(slow)
 
 

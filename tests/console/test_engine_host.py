@@ -67,7 +67,7 @@ def test_host_reports_a_finished_run_with_its_summary(tmp_path):
     assert state.status == "finished"
     assert state.progress == 1.0
     assert state.error is None
-    assert state.summary["run_id"] == run_id
+    assert state.summary.run_id == run_id
     assert state.simulated
 
 

@@ -46,7 +46,7 @@ def test_many_runs_viewed_keep_at_most_the_bound(store):
     cur = store.cursor()
     cache = LiveCache()
     run_ids = [execute(RunConfig(engine="twin", sessions=2, duration_s=1.0, seed=i),
-                       store)["run_id"] for i in range(MAX_ENTRIES + 3)]
+                       store).run_id for i in range(MAX_ENTRIES + 3)]
     for run_id in run_ids:
         views.live_data(cur, run_row(cur, run_id), cache)
     assert len(cache) == MAX_ENTRIES

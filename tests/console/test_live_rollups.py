@@ -36,32 +36,32 @@ def test_live_data_from_rollups_equals_the_raw_frames(store, policy):
     s = execute(RunConfig(engine="twin", sessions=12, pool_blocks=96, policy=policy,
                           window=window, duration_s=12.0, seed=3), store)
     cur = store.cursor()
-    row = queries.run_row(cur, s["run_id"])
+    row = queries.run_row(cur, s.run_id)
     data = ld.live_data(cur, row)
     bucket = data.bucket_s
-    raw = queries.frame_buckets(cur, s["run_id"], bucket)
-    assert int(data.frames.frames.sum()) == s["frames"] == int(raw.frames.sum())
+    raw = queries.frame_buckets(cur, s.run_id, bucket)
+    assert int(data.frames.frames.sum()) == s.frames == int(raw.frames.sum())
     for name in ("frames", "censored"):
         assert list(data.frames[name]) == list(raw[name]), name
     for name in ("silent_per_s", "miss_rate", "naive_miss_rate"):
         np.testing.assert_allclose(data.frames[name], raw[name], err_msg=name)
     silent = data.frames.silent_per_s.sum() * bucket
-    assert round(silent) == s["silent_frames"] == queries.frame_counts(
-        cur, s["run_id"])["silent_frames"]
+    assert round(silent) == s.silent_frames == queries.frame_counts(
+        cur, s.run_id)["silent_frames"]
     for name in ("p50_ms", "p95_ms", "naive_p95_ms"):
         for want, got in zip(raw[name], data.frames[name]):
             assert math.isinf(want) == math.isinf(got) and (
                 math.isinf(want) or want <= got < want * 1.0500001), (name, want, got)
-    pd.testing.assert_frame_equal(data.wall, queries.session_wall(cur, s["run_id"], bucket),
+    pd.testing.assert_frame_equal(data.wall, queries.session_wall(cur, s.run_id, bucket),
                                   check_dtype=False)
-    pd.testing.assert_frame_equal(data.ticks, queries.tick_buckets(cur, s["run_id"], bucket),
+    pd.testing.assert_frame_equal(data.ticks, queries.tick_buckets(cur, s.run_id, bucket),
                                   check_dtype=False)
-    pd.testing.assert_frame_equal(data.marks.stalls, queries.stall_spans(cur, s["run_id"]))
-    assert data.marks.tsat == queries.tsat_prediction(cur, s["run_id"])
-    assert data.tick["t"] == queries.latest_tick(cur, s["run_id"])["t"]
-    assert set(rollup_build.differences(cur, s["run_id"]).values()) == {0}
+    pd.testing.assert_frame_equal(data.marks.stalls, queries.stall_spans(cur, s.run_id))
+    assert data.marks.tsat == queries.tsat_prediction(cur, s.run_id)
+    assert data.tick["t"] == queries.latest_tick(cur, s.run_id)["t"]
+    assert set(rollup_build.differences(cur, s.run_id).values()) == {0}
     if policy == "unbounded":
-        assert s["stalled"] and not data.marks.stalls.empty  # the marks were exercised
+        assert s.stalled and not data.marks.stalls.empty  # the marks were exercised
 
 
 def test_the_live_page_rolls_up_a_run_from_before_rollups_once_with_progress(db, monkeypatch):

@@ -54,7 +54,7 @@ def test_the_metrics_endpoint_carries_the_rank(store, tmp_path):
     assert set(tsat) == {"0", "1"}
     after = generate_latest(registry).decode()
     silent = _samples(after, "metronome_rank_silent_frames_total", rid)
-    assert silent == {"0": summary["ranks"][0]["silent_frames"]} and silent["0"] > 0
+    assert silent == {"0": summary.ranks[0].silent_frames} and silent["0"] > 0
 
 
 def test_the_live_view_draws_a_line_per_rank_and_names_the_stalled_one(store, tmp_path):
@@ -62,7 +62,7 @@ def test_the_live_view_draws_a_line_per_rank_and_names_the_stalled_one(store, tm
     summary = Runner(cfg, TwinEngine(cfg.engine_config(), CostModel()), store).run()
     store.writer.flush()
     cur = store.cursor()
-    data = views.live_data(cur, run_row(cur, summary["run_id"]))
+    data = views.live_data(cur, run_row(cur, summary.run_id))
     assert sorted(data.ranks["rank"].unique()) == [0, 1]
     text = views.stalled_rank_text(data.ranks)
     assert text.startswith("Stalled: rank 0 from") and "rank 1" not in text
@@ -70,6 +70,6 @@ def test_the_live_view_draws_a_line_per_rank_and_names_the_stalled_one(store, tm
     assert mean < 0.6  # the average the full rank hides behind
     spec = charts.rank_occupancy_chart(data.ranks, data.x_domain).to_dict()
     assert spec["title"] == "KV pool occupancy per rank (red: stalled)"
-    assert views.stall_text(summary) == f"{summary['stall_at_s']:.1f} s (rank 0)"
+    assert views.stall_text(summary) == f"{summary.stall_at_s:.1f} s (rank 0)"
     assert views.stalled_rank_text(data.ranks.assign(stalled=False)) is None
     assert charts.rank_occupancy_chart(pd.DataFrame()).to_dict()["title"]

@@ -14,7 +14,7 @@ from runtime import RunConfig, execute
 @pytest.fixture
 def two_runs(store):
     ids = [execute(RunConfig(engine="twin", sessions=4, pool_blocks=48, duration_s=3.0,
-                             **policy), store)["run_id"]
+                             **policy), store).run_id
            for policy in ({}, {"policy": "window", "window": 64})]
     store.writer.flush()
     return ids

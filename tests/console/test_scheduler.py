@@ -165,7 +165,7 @@ def test_drift_compares_each_metric_with_its_threshold():
 def test_n_star_and_retention_fires(db):
     path, start = db
     store = open_store(path)
-    old = execute(RunConfig(**CANARY), store)["run_id"]
+    old = execute(RunConfig(**CANARY), store).run_id
     long_ago = dt.datetime.now() - dt.timedelta(days=10)
     store.writer.call(lambda con: con.execute(
         "UPDATE runs SET started_at = ?, ended_at = ? WHERE run_id = ?",

@@ -142,17 +142,17 @@ def test_mic_page_speaks_into_the_gateway_and_shows_the_recorded_latency(serve, 
         browser.close()
 
     summary = server.summary()
-    assert summary["status"] == "finished"
-    assert (summary["admitted"], summary["rejected"]) == (1, 1)  # the refused mic never asked
+    assert summary.status == "finished"
+    assert (summary.admitted, summary.rejected) == (1, 1)  # the refused mic never asked
     sid = int(re.search(r"session (\d+) of run (\S+)", session_line).group(1))
-    assert f"of run {summary['run_id']}" in session_line
-    rows = frames(server.db, summary["run_id"])
+    assert f"of run {summary.run_id}" in session_line
+    rows = frames(server.db, summary.run_id)
     assert set(rows.origin) == {"gateway"} and set(rows.session_id) == {sid}
 
     # Every whole frame of audio the page sent is a frame of the record, in order; the
     # partial frame at Stop is not a frame.
     audio = np.frombuffer(b"".join(sent), dtype="<i2").astype(np.float32) / 32768.0
-    tok = frame_tokenizer(RATE, FRAME_MS, summary["tokens_in"], TWIN_VOCAB)
+    tok = frame_tokenizer(RATE, FRAME_MS, summary.tokens_in, TWIN_VOCAB)
     whole = len(audio) // tok.frame_samples
     assert list(rows.frame_idx) == list(range(len(rows)))
     assert page_frames <= len(rows) and whole - 1 <= len(rows) <= whole, (len(rows), whole)
@@ -166,9 +166,9 @@ def test_mic_page_speaks_into_the_gateway_and_shows_the_recorded_latency(serve, 
     # submitted frame (its prefill steps; the only session of the run), ...
     with duckdb.connect(str(server.db), read_only=True) as con:
         prefill = con.execute("SELECT prompt_tokens FROM steps WHERE run_id = ? AND "
-                              "prompt_tokens > 0", [summary["run_id"]]).fetchall()
+                              "prompt_tokens > 0", [summary.run_id]).fetchall()
     submitted = int((~rows.skipped.astype(bool)).sum())
-    assert {p for (p,) in prefill} == {summary["tokens_in"]}
+    assert {p for (p,) in prefill} == {summary.tokens_in}
     assert len(prefill) == submitted, (len(prefill), submitted)
     # ... and those tokens are of speech: the audio the page sent, cut and tokenized as the
     # server does, is voiced where espeak spoke and gives many codes, not one (silence).
@@ -178,7 +178,7 @@ def test_mic_page_speaks_into_the_gateway_and_shows_the_recorded_latency(serve, 
     voiced = [f for f in cut if voice_active(f)]
     assert len(voiced) >= 0.6 * len(cut), (len(voiced), len(cut))
     ids = np.concatenate([tok.tokenize(f) for f in voiced])
-    assert len(ids) == len(voiced) * summary["tokens_in"]
+    assert len(ids) == len(voiced) * summary.tokens_in
     assert len(set(ids.tolist())) > 50, len(set(ids.tolist()))
 
     # The page shows the model's words: the output ids the server recorded, decoded (the

@@ -265,18 +265,18 @@ def test_sinks_run_never_stalls_and_stays_within_the_block_bound(sinks_run):
     from store.queries import occupancy
 
     s, st = sinks_run
-    assert s["status"] == "finished", s["reason"]
-    assert s["stalled"] is False and s["stall_at_s"] is None
+    assert s.status == "finished", s.reason
+    assert s.stalled is False and s.stall_at_s is None
     # Unbounded, this load goes > 30 % silent (test_vllm_unbounded); here only scheduling noise
     # of a shared 2-core machine can make a frame late.
-    assert s["silent_rate"] < 0.1
+    assert s.silent_rate < 0.1
     # A frame's F = 16 prompt tokens are attended in one step, so while it runs a session holds
     # the window's blocks for W + F - 1 keys: ceil(S/bs) + floor((W + F - 2)/bs) + 2 = 7 blocks
     # (the decode-only bound, 6, is checked above). Without freeing: ~ 8 × 14 > 64 blocks.
     per_session = -(-32 // BS) + (128 + 16 - 2) // BS + 2
-    occ = occupancy(st.cursor(), s["run_id"])
+    occ = occupancy(st.cursor(), s.run_id)
     assert occ.used_blocks.max() <= LOAD["sessions"] * per_session, occ.used_blocks.max()
-    assert s["frames"] >= LOAD["sessions"] * 20  # each session lived well past W + S tokens
+    assert s.frames >= LOAD["sessions"] * 20  # each session lived well past W + S tokens
 
 
 def test_a_live_change_is_what_the_workers_apply_and_no_environment_carries_w(vllm_engines):

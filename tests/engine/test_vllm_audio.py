@@ -85,41 +85,41 @@ def wav_run(windowed, speech, tmp_path_factory):  # noqa: F811 - the fixture
 
 def test_windowed_audio_sessions_keep_the_block_bound(wav_run):
     s, _ = wav_run
-    assert s["status"] == "finished", s["reason"]
-    assert s["input_path"] == "audio encoder"
-    assert s["input"] == "wav audio through the model's audio encoder"
-    assert s["encoder_frames_per_frame"] == 1.0 and s["audio_tokens_per_frame"] == 2.0
-    assert s["tokens_in_per_frame"] == 4
-    assert s["stalled"] is False and s["silent_memory_frames"] == 0
+    assert s.status == "finished", s.reason
+    assert s.input_path == "audio encoder"
+    assert s.input == "wav audio through the model's audio encoder"
+    assert s.audio.encoder_frames_per_frame == 1.0 and s.audio.audio_tokens_per_frame == 2.0
+    assert s.audio.tokens_in_per_frame == 4
+    assert s.stalled is False and s.silent_memory_frames == 0
     # Each session's KV outgrew W + S (75 frames of 7 tokens; a rollover near 512) and stayed
     # within its blocks.
-    assert s["max_resident_blocks"] <= (128 + 32) // 32 + 1
-    assert s["max_occupancy"] < 1.0
-    assert s["frames"] >= 3 * 70
+    assert s.max_resident_blocks <= (128 + 32) // 32 + 1
+    assert s.max_occupancy < 1.0
+    assert s.frames >= 3 * 70
 
 
 def test_a_live_w_change_and_a_rollover_on_audio(windowed, speech, store):  # noqa: F811
     cfg = RunConfig(load="wav", wav_dir=str(speech["dir"]), sessions=2, duration_s=6.0,
                     tokens_out=8, changes=(ScheduledChange.parse("2:window=64"),), **WINDOWED)
     s = Runner(cfg, windowed, store).run()
-    assert s["status"] == "finished", s["reason"]
-    assert len(s["changes"]) == 1 and s["window"] == 64
+    assert s.status == "finished", s.reason
+    assert len(s.changes) == 1 and s.window == 64
     # 4 + 7 tokens a frame reach max_model_len (512) in about 46 frames: a session rolls
     # over, re-encoding its sink and window frames (audio items beyond one per frame). At
     # least one: on a slow or loaded CPU a session's skipped frames (submitted ones only grow
     # its KV) can carry its rollover past the 6 s run (one of two did so on two shared cores).
-    assert s["rollovers"] >= 1, s
-    assert s["frames_submitted"] > s["frames"] - s["silent_frames"]
-    assert s["encoder_frames"] == s["frames_submitted"]
-    assert s["stalled"] is False and s["silent_memory_frames"] == 0
+    assert s.rollovers >= 1, s
+    assert s.audio.frames_submitted > s.frames - s.silent_frames
+    assert s.audio.encoder_frames == s.audio.frames_submitted
+    assert s.stalled is False and s.silent_memory_frames == 0
 
 
 def test_unbounded_audio_sessions_walk_into_the_cliff(vllm_engines, store):
     engine = vllm_engines.get(RunConfig(**UNBOUNDED))
     cfg = RunConfig(load="fixed", sessions=6, duration_s=5.0, tokens_out=4, **UNBOUNDED)
     s = Runner(cfg, engine, store).run()
-    assert s["status"] == "finished", s["reason"]
-    assert "white noise" in s["input"] and s["input_path"] == "audio encoder"
-    assert s["max_occupancy"] >= 0.95
-    assert s["stalled"] is True and s["stall_at_s"] < 4
-    assert s["silent_rate"] > 0.3 and s["silent_memory_frames"] > 0
+    assert s.status == "finished", s.reason
+    assert "white noise" in s.input and s.input_path == "audio encoder"
+    assert s.max_occupancy >= 0.95
+    assert s.stalled is True and s.stall_at_s < 4
+    assert s.silent_rate > 0.3 and s.silent_memory_frames > 0

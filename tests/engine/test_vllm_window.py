@@ -39,15 +39,15 @@ def window_run(engine, tmp_path_factory):
 
 def test_window_plateaus_below_one_and_never_goes_silent(window_run):
     s, st = window_run
-    assert s["status"] == "finished", s["reason"]
-    assert s["stalled"] is False and s["stall_at_s"] is None
+    assert s.status == "finished", s.reason
+    assert s.stalled is False and s.stall_at_s is None
     # Never silent for memory (the window's promise); compute silence is the machine's noise:
     # 0 when the suite has the CPU to itself, 23 of ~300 frames seen with other work at full
     # priority on the same two cores — bounded, not zero.
-    assert s["silent_memory_frames"] == 0 and s["silent_rate"] <= 0.1, s["silent_frames"]
-    assert s["max_occupancy"] < 1.0
-    assert s["max_resident_blocks"] <= 128 // 32 + 1
-    occ = occupancy(st.cursor(), s["run_id"])
+    assert s.silent_memory_frames == 0 and s.silent_rate <= 0.1, s.silent_frames
+    assert s.max_occupancy < 1.0
+    assert s.max_resident_blocks <= 128 // 32 + 1
+    occ = occupancy(st.cursor(), s.run_id)
     late = occ[occ.t > 3 * K].occupancy
     assert late.median() < 0.9
     assert late.tail(5).median() - late.head(5).median() <= 0.05  # a plateau, not a ramp
@@ -55,13 +55,13 @@ def test_window_plateaus_below_one_and_never_goes_silent(window_run):
 
 def test_twin_fitted_from_the_run_predicts_its_latency(window_run):
     s, st = window_run
-    model, facts = fit_cost_model(steps(st.cursor(), s["run_id"]), source=s["run_id"])
+    model, facts = fit_cost_model(steps(st.cursor(), s.run_id), source=s.run_id)
     assert facts["n_steps"] >= 20 and model.a_ms > 0
     cfg = RunConfig(**{**LOAD, "engine": "twin"})
     twin = Runner(cfg, TwinEngine(cfg.engine_config(), model), st).run()
-    assert twin["silent_frames"] == 0
+    assert twin.silent_frames == 0
     # Same load, fitted costs: the simulated median frame latency lands near the real one.
-    assert 0.5 < twin["p50_ms"] / s["p50_ms"] < 2.0, (twin["p50_ms"], s["p50_ms"], model)
+    assert 0.5 < twin.p50_ms / s.p50_ms < 2.0, (twin.p50_ms, s.p50_ms, model)
 
 
 def _vllm_children() -> set[int]:
@@ -101,15 +101,15 @@ def test_window_moves_live_without_a_restart(engine, tmp_path):
                 runner.apply(policy="unbounded")
         time.sleep(0.05)
     s = runner.summary
-    assert s["status"] == "finished", s["reason"]
+    assert s.status == "finished", s.reason
     assert engine.error() is None and _vllm_children() == pids  # no restart
     assert engine.policy.window_tokens == 96
 
     cur = st.cursor()
-    ev = events(cur, s["run_id"])
+    ev = events(cur, s.run_id)
     changes = [json.loads(d) for d in ev[ev.kind == "param_change"].detail]
     assert [c["new"] for c in changes] == ["window W=32 S=0", "window W=96 S=0"]
-    occ = occupancy(cur, s["run_id"])
+    occ = occupancy(cur, s.run_id)
     before = occ[(occ.t > 3.0 * K) & (occ.t < shrink_at)].occupancy.median()
     # Within ~6 frames of the change each session has stepped and shed blocks.
     shrunk = occ[(occ.t > shrink_at + 1.0 * K) & (occ.t < grow_at)].occupancy
@@ -125,7 +125,7 @@ def test_window_moves_live_without_a_restart(engine, tmp_path):
           f"{shrunk.median():.3f}; after W→96 last-5 median {grown.tail(5).median():.3f}; "
           f"changes at {shrink_at:.1f} s and {grow_at:.1f} s")
     silent = cur.execute("SELECT avg(CASE WHEN silent THEN 1 ELSE 0 END) FROM frames "
-                         "WHERE run_id = ?", [s["run_id"]]).fetchone()[0]
+                         "WHERE run_id = ?", [s.run_id]).fetchone()[0]
     assert silent <= 0.02 and not ev.kind.isin(["evict", "param_rejected"]).any(), silent
     closes = [json.loads(d)["reason"] for d in ev[ev.kind == "close"].detail]
     assert not [r for r in closes if "error" in r.lower() or "fail" in r.lower()], closes

@@ -14,6 +14,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from runtime.run_summary import RunSummary
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -41,10 +43,11 @@ class Served:
             assert time.monotonic() < deadline, "serve did not start"
             time.sleep(0.1)
 
-    def summary(self, timeout: float = 60) -> dict:
+    def summary(self, timeout: float = 60) -> RunSummary:
+        """The run's summary as `serve --json` printed it."""
         out, _ = self.proc.communicate(timeout=timeout)
         assert self.proc.returncode == 0, Path(self.err.name).read_text()[-2000:]
-        return json.loads(out)
+        return RunSummary.from_json(json.loads(out))
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -75,7 +75,7 @@ def test_a_late_burst_is_caught_up_to_the_sessions_grid():
     finally:
         engine.shutdown()
         store.close()
-    assert summary["status"] == "finished"
+    assert summary.status == "finished"
     rows = sorted(client.rows, key=lambda r: r["frame_idx"])
     assert [r["frame_idx"] for r in rows] == list(range(FRAMES))
     assert not any(r["silent"] for r in rows)

@@ -137,14 +137,14 @@ def test_faulty_clients_end_only_their_own_session(serve, tmp_path):
     assert flood[0][-1] == "rate_limited" and flood[1] == 1008
     assert huge_code == 1009  # message too big: refused before it was read
     assert "input_audio_buffer_overflow" in fast_errors and fast_code == 1008
-    assert summary["status"] == "finished"
+    assert summary.status == "finished"
     # The load client's sessions: every frame answered, none silent, nothing missing.
     assert client["admitted"] == 6 and client["frames"] > 6 * 70
     assert client["silent_frames"] == 0 and client["missing_frames"] == 0
-    served = frames(server.db, summary["run_id"])
-    assert summary["silent_frames"] == 0
+    served = frames(server.db, summary.run_id)
+    assert summary.silent_frames == 0
     mid = served[served.session_id == gone]
     assert list(mid.frame_idx) == list(range(25))  # its frames up to the drop; no partial one
-    closes = {d["session_id"]: d["reason"] for kind, d in events(server.db, summary["run_id"])
+    closes = {d["session_id"]: d["reason"] for kind, d in events(server.db, summary.run_id)
               if kind == "close"}
     assert closes[gone] == "client disconnected"

@@ -87,7 +87,7 @@ def test_the_official_sdk_gets_the_models_words_and_every_frame(serve):
 
     session_id, got = asyncio.run(main())
     summary = server.summary()
-    assert summary["status"] == "finished"
+    assert summary.status == "finished"
     assert got["errors"] == []
     # The lifecycle, in order, around the frames' deltas.
     types = got["types"]

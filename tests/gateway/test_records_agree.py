@@ -23,10 +23,10 @@ def test_every_frame_sent_is_in_both_records_and_latencies_agree(serve, tmp_path
                              "--duration", "10"))
     summary = server.summary()
     assert client["admitted"] == 12 and client["rejected"] == 0
-    assert summary["status"] == "finished" and summary["admitted"] == 12
+    assert summary.status == "finished" and summary.admitted == 12
 
     mine = frames(tmp_path / "client.duckdb", client["run_id"])
-    theirs = frames(server.db, summary["run_id"])
+    theirs = frames(server.db, summary.run_id)
     assert len(mine) > 12 * 100  # ~10 s of 80 ms frames per session
     assert set(theirs.origin) == {"gateway"}
     ids = _server_ids(events(tmp_path / "client.duckdb", client["run_id"]))
@@ -59,10 +59,10 @@ def test_fixed_cap_refuses_the_rest_with_server_overloaded(serve, tmp_path):
                              "--duration", "3"))
     summary = server.summary()
     assert client["admitted"] == 8 and client["rejected"] == 4
-    assert summary["admitted"] == 8 and summary["rejected"] == 4
+    assert summary.admitted == 8 and summary.rejected == 4
     rejects = [d for kind, d in events(tmp_path / "client.duckdb", client["run_id"])
                if kind == "reject"]
     assert {(d["type"], d["code"]) for d in rejects} == {("server_overloaded",
                                                           "server_overloaded")}
-    server_rejects = [d for kind, d in events(server.db, summary["run_id"]) if kind == "reject"]
+    server_rejects = [d for kind, d in events(server.db, summary.run_id) if kind == "reject"]
     assert len(server_rejects) == 4 and {d["origin"] for d in server_rejects} == {"gateway"}

@@ -45,12 +45,12 @@ def test_a_signal_ends_the_run_with_its_summary(serve, sig):
     assert any(e["type"] == "response.done" for e in got), "no frame was served before"
     closed = [e for e in got if e["type"] == "error"]
     assert closed and closed[-1]["error"]["code"] == "session_closed"
-    assert summary["status"] == "aborted"
-    assert summary["reason"] == f"interrupted by signal {sig.name}"
+    assert summary.status == "aborted"
+    assert summary.reason == f"interrupted by signal {sig.name}"
     with duckdb.connect(str(server.db), read_only=True) as con:
         status, reason = con.execute("SELECT status, reason FROM runs WHERE run_id = ?",
-                                     [summary["run_id"]]).fetchone()
+                                     [summary.run_id]).fetchone()
         frames = con.execute("SELECT count(*) FROM frames WHERE run_id = ?",
-                             [summary["run_id"]]).fetchone()[0]
+                             [summary.run_id]).fetchone()[0]
     assert (status, reason) == ("aborted", f"interrupted by signal {sig.name}")
     assert frames >= 5

@@ -112,12 +112,12 @@ def test_a_client_that_never_reads_is_closed_and_the_others_lose_nothing(serve, 
 
     client = finish(load)
     summary = server.summary()
-    assert summary["status"] == "finished"
+    assert summary.status == "finished"
     assert client["admitted"] == 4 and client["silent_frames"] == 0
     assert client["missing_frames"] == 0
-    others = frames(server.db, summary["run_id"])
+    others = frames(server.db, summary.run_id)
     others = others[others.session_id != sid]
     assert len(others) > 4 * 100 and not others.silent.any()
-    closes = {d["session_id"]: d["reason"] for kind, d in events(server.db, summary["run_id"])
+    closes = {d["session_id"]: d["reason"] for kind, d in events(server.db, summary.run_id)
               if kind == "close"}
     assert closes[sid] == "slow reader: 32 events unread"

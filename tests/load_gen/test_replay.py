@@ -29,7 +29,7 @@ def _rows(store, run_id):
 
 
 def _replay(db, original: dict, **settings) -> RunConfig:
-    args = {"load": "replay", "replay_run": original["run_id"], "replay_db": db,
+    args = {"load": "replay", "replay_run": original.run_id, "replay_db": db,
             "engine": "twin", "pool_blocks": 64, **settings}
     return RunConfig(**with_recorded_load(args))
 
@@ -45,29 +45,29 @@ def test_replay_with_the_same_settings_records_the_same_frames(db, load):
     original = execute(RunConfig(**{**CLIFF, **load}), store)
     replay = execute(_replay(db, original, admission=load.get("admission", "fixed"),
                              stall_guard=load.get("stall_guard", False)), store)
-    assert replay["status"] == "finished"
-    rows = _rows(store, original["run_id"])
+    assert replay.status == "finished"
+    rows = _rows(store, original.run_id)
     assert len(rows) > 100
-    assert _rows(store, replay["run_id"]) == rows  # every column of every frame
-    assert (replay["sessions_offered"], replay["admitted"], replay["rejected"]) == \
-        (original["sessions_offered"], original["admitted"], original["rejected"])
+    assert _rows(store, replay.run_id) == rows  # every column of every frame
+    assert (replay.sessions_offered, replay.admitted, replay.rejected) == \
+        (original.sessions_offered, original.admitted, original.rejected)
 
 
 def test_windowed_replay_of_a_cliff_keeps_arrivals_and_does_not_stall(db):
     store = open_store(db)
     cliff = execute(RunConfig(**CLIFF, load="poisson", sessions=14, arrival_rate=3.0,
                               session_s=4.0), store)
-    assert cliff["stalled"]
+    assert cliff.stalled
     slope = execute(_replay(db, cliff, policy="window", window=128), store)
-    assert not slope["stalled"] and slope["silent_rate"] < 0.05 < cliff["silent_rate"]
-    before = {(r[0], r[1]): r[2] for r in _rows(store, cliff["run_id"])}
-    after = {(r[0], r[1]): r[2] for r in _rows(store, slope["run_id"])}
+    assert not slope.stalled and slope.silent_rate < 0.05 < cliff.silent_rate
+    before = {(r[0], r[1]): r[2] for r in _rows(store, cliff.run_id)}
+    after = {(r[0], r[1]): r[2] for r in _rows(store, slope.run_id)}
     assert set(after) == set(before)  # same sessions, same frames
     # Same due times; a submitted frame's t_submit is the engine's clock at submission, which
     # on the twin may run past the due time by the step in progress.
     assert max(abs(after[k] - before[k]) for k in before) < 0.040
-    row = queries.run_row(store.cursor(), slope["run_id"])
-    original = queries.run_row(store.cursor(), cliff["run_id"])
+    row = queries.run_row(store.cursor(), slope.run_id)
+    original = queries.run_row(store.cursor(), cliff.run_id)
     assert headline(row, original).startswith("same load, W = 128: no stall, p95 ")
     assert headline(original).startswith("original, unbounded: stalled at ")
 
@@ -75,9 +75,9 @@ def test_windowed_replay_of_a_cliff_keeps_arrivals_and_does_not_stall(db):
 def test_replay_regenerates_the_same_tokens(db):
     store = open_store(db)
     run = execute(RunConfig(**CLIFF, load="ramp", sessions=5, seed=7), store)
-    trace = recorded_trace(run["run_id"], db)
+    trace = recorded_trace(run.run_id, db)
     synthetic = LoadConfig("ramp", 5, seed=7, frame_ms=80.0)
-    replay = LoadConfig("replay", 5, seed=7, frame_ms=80.0, replay_run=run["run_id"],
+    replay = LoadConfig("replay", 5, seed=7, frame_ms=80.0, replay_run=run.run_id,
                         replay_db=db)
     for sid in range(5):
         a = make_frame_source(synthetic, sid, 2048, 16)
@@ -92,10 +92,10 @@ def test_replay_regenerates_the_same_tokens(db):
 def test_sessions_cut_short_by_the_system_are_offered_their_planned_length(db):
     store = open_store(db)
     guarded = execute(RunConfig(**CLIFF, sessions=10, stall_guard=True), store)
-    assert guarded["evicted"] >= 1
-    trace = recorded_trace(guarded["run_id"], db)
-    recorded = trace_queries.replay_frames(store.cursor(), guarded["run_id"], 0.08)
-    evicted = set(trace_queries.session_outcomes(store.cursor(), guarded["run_id"]))
+    assert guarded.evicted >= 1
+    trace = recorded_trace(guarded.run_id, db)
+    recorded = trace_queries.replay_frames(store.cursor(), guarded.run_id, 0.08)
+    evicted = set(trace_queries.session_outcomes(store.cursor(), guarded.run_id))
     for row in recorded.itertuples():
         planned = 100  # 8 s at 80 ms
         assert trace.sessions[row.session_id].frames == planned
@@ -114,7 +114,7 @@ def test_trace_file_per_session_and_per_frame(db, tmp_path):
          "pool_blocks": 64, "stagger": True}))
     assert (config.sessions, config.tokens_in, config.tokens_out) == (2, 16, 4)
     run = execute(config, store)
-    frames = trace_queries.replay_frames(store.cursor(), run["run_id"], 0.08)
+    frames = trace_queries.replay_frames(store.cursor(), run.run_id, 0.08)
     # session 0 is the earliest ("b"), started at its own start with stagger
     assert frames.frames.tolist() == [5, 10]
     assert frames.start_s.round(6).tolist() == [0.0, 0.5]
@@ -146,7 +146,7 @@ def test_replay_sources_that_cannot_be_read_are_refused(db, settings, needle):
 def test_replay_refuses_settings_that_would_change_the_load(db, tmp_path):
     store = open_store(db)
     run = execute(RunConfig(**{**CLIFF, "frame_ms": 160.0}, sessions=4), store)
-    base = dict(engine="twin", load="replay", replay_run=run["run_id"], replay_db=db,
+    base = dict(engine="twin", load="replay", replay_run=run.run_id, replay_db=db,
                 pool_blocks=64)
     with pytest.raises(ValueError, match="frame period 80 ms differs from run .*160 ms"):
         checked_trace(RunConfig(**base))  # a RunConfig reads no store: the check does
@@ -161,7 +161,7 @@ def test_replay_refuses_settings_that_would_change_the_load(db, tmp_path):
     with pytest.raises(ValueError, match="stagger on differs"):
         checked_trace(RunConfig(**base, frame_ms=160.0, stagger=True))
     with pytest.raises(ValueError, match="only applies to load replay"):
-        RunConfig(engine="twin", replay_run=run["run_id"])
+        RunConfig(engine="twin", replay_run=run.run_id)
     varying = tmp_path / "varying.csv"
     varying.write_text("session_id,start_s,end_s,tokens_in,tokens_out\n1,0,1,16,4\n2,0,1,16,8\n")
     with pytest.raises(ValueError, match="asks 4–8 tokens out per frame"):
@@ -181,7 +181,7 @@ def test_a_replay_of_a_replay_offers_the_first_recording(db):
     first = execute(RunConfig(**CLIFF, load="poisson", sessions=8, arrival_rate=2.0), store)
     second = execute(_replay(db, first, policy="window", window=64), store)
     third = execute(_replay(db, second), store)  # unbounded again, same as the first
-    assert _rows(store, third["run_id"]) == _rows(store, first["run_id"])
+    assert _rows(store, third.run_id) == _rows(store, first.run_id)
 
 
 def test_an_archived_run_replays_from_its_parquet_files(db):
@@ -189,14 +189,14 @@ def test_an_archived_run_replays_from_its_parquet_files(db):
 
     store = open_store(db)
     original = execute(RunConfig(**CLIFF, load="ramp", sessions=6), store)
-    (moved,) = [archive.archive_run(store, original["run_id"])]
+    (moved,) = [archive.archive_run(store, original.run_id)]
     assert moved.status == "archived"
-    assert queries.run_row(store.cursor(), original["run_id"]) is None
+    assert queries.run_row(store.cursor(), original.run_id) is None
     replay = execute(_replay(db, original), store)
-    assert replay["sessions_offered"] == 6
-    con = archive.open_archived(db, original["run_id"])
+    assert replay.sessions_offered == 6
+    con = archive.open_archived(db, original.run_id)
     try:
-        archived_rows = con.execute(ROWS, [original["run_id"]]).fetchall()
+        archived_rows = con.execute(ROWS, [original.run_id]).fetchall()
     finally:
         con.close()
-    assert _rows(store, replay["run_id"]) == archived_rows
+    assert _rows(store, replay.run_id) == archived_rows

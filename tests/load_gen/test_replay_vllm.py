@@ -25,28 +25,28 @@ def test_windowed_replay_of_a_vllm_cliff_offers_the_same_frames_and_does_not_sta
 
     try:
         cliff = _run(RunConfig(**CLIFF), store)
-        assert cliff["status"] == "finished", cliff["reason"]
-        assert cliff["stalled"], cliff
+        assert cliff.status == "finished", cliff.reason
+        assert cliff.stalled, cliff
         replay = RunConfig(**with_recorded_load({
             "engine": "vllm", "model": "tiny", "policy": "window", "window": 128,
-            "pool_blocks": 64, "load": "replay", "replay_run": cliff["run_id"],
+            "pool_blocks": 64, "load": "replay", "replay_run": cliff.run_id,
             "replay_db": db}))
         assert (replay.frame_ms, replay.sessions, replay.duration_s) == \
             (FRAME_MS, 8, DURATION_S)
         slope = _run(replay, store)
-        assert slope["status"] == "finished", slope["reason"]
-        assert not slope["stalled"], slope
+        assert slope.status == "finished", slope.reason
+        assert not slope.stalled, slope
 
         rows = ("SELECT session_id, frame_idx, t_submit FROM frames WHERE run_id = ? "
                 "AND deadline <= ? ORDER BY 1, 2")
         cur = store.cursor()
-        before = {(s, k): t for s, k, t in cur.execute(rows, [cliff["run_id"], DURATION_S])
+        before = {(s, k): t for s, k, t in cur.execute(rows, [cliff.run_id, DURATION_S])
                   .fetchall()}
-        after = {(s, k): t for s, k, t in cur.execute(rows, [slope["run_id"], DURATION_S])
+        after = {(s, k): t for s, k, t in cur.execute(rows, [slope.run_id, DURATION_S])
                  .fetchall()}
-        print(f"cliff {cliff['run_id']}: {len(before)} frames, silent {cliff['silent_rate']}; "
-              f"replay {slope['run_id']}: {len(after)} frames, silent {slope['silent_rate']}, "
-              f"p95 {slope['p95_ms']} ms")
+        print(f"cliff {cliff.run_id}: {len(before)} frames, silent {cliff.silent_rate}; "
+              f"replay {slope.run_id}: {len(after)} frames, silent {slope.silent_rate}, "
+              f"p95 {slope.p95_ms} ms")
         assert {s for s, _ in after} == {s for s, _ in before} == set(range(8))
         # Every frame the cliff recorded was offered again at the same due time. t_submit is
         # the engine's clock at submission (a skipped frame's is its due time), so it may lag

@@ -40,16 +40,16 @@ def test_looping_wav_sessions_run_like_synthetic_ones(store, speech):
     s = Runner(wav_cfg, engine, store).run()
     synthetic = Runner(RunConfig(load="fixed", **SETTINGS), TwinEngine(
         wav_cfg.engine_config(), CostModel()), store).run()
-    assert s["status"] == synthetic["status"] == "finished", s["reason"]
-    assert s["sessions_offered"] == s["admitted"] == 6 and not s["stalled"]
-    assert s["silent_frames"] == synthetic["silent_frames"] == 0
-    assert s["on_time_rate"] == synthetic["on_time_rate"] == 1.0
-    assert s["max_resident_blocks"] == synthetic["max_resident_blocks"] <= 5
+    assert s.status == synthetic.status == "finished", s.reason
+    assert s.sessions_offered == s.admitted == 6 and not s.stalled
+    assert s.silent_frames == synthetic.silent_frames == 0
+    assert s.on_time_rate == synthetic.on_time_rate == 1.0
+    assert s.max_resident_blocks == synthetic.max_resident_blocks <= 5
     # Arrivals are phase-staggered within the first period; without --stagger the runtime
     # starts them at the next tick: session 0 at 0 s (25 frames), the others at 0.16 s (24).
-    assert _frames_per_session(store, s["run_id"]) == {0: 25, 1: 24, 2: 24, 3: 24, 4: 24, 5: 24}
-    assert s["frames"] == 145 and synthetic["frames"] == 150
-    assert len(occupancy(store.cursor(), s["run_id"])) == 25  # one tick row per period
+    assert _frames_per_session(store, s.run_id) == {0: 25, 1: 24, 2: 24, 3: 24, 4: 24, 5: 24}
+    assert s.frames == 145 and synthetic.frames == 150
+    assert len(occupancy(store.cursor(), s.run_id)) == 25  # one tick row per period
     # What the engine got is the tokenized audio of the session's file, frame after frame.
     clips = load_folder(str(speech["dir"]), 16000)
     tok = FrameTokenizer(16000, 160.0, 16, engine.vocab_size)
@@ -64,9 +64,9 @@ def test_without_looping_a_session_ends_with_its_file(store, speech):
     cfg = RunConfig(load="wav", wav_dir=str(speech["dir"]), wav_loop=False,
                     **{**SETTINGS, "stagger": True})
     s = Runner(cfg, TwinEngine(cfg.engine_config(), CostModel()), store).run()
-    assert s["status"] == "finished" and s["silent_frames"] == 0
+    assert s.status == "finished" and s.silent_frames == 0
     clips = load_folder(str(speech["dir"]), 16000)
-    per_session = _frames_per_session(store, s["run_id"])
+    per_session = _frames_per_session(store, s.run_id)
     for session_id in range(6):
         file_frames = math.ceil(len(clips[session_id % 3].samples) / 2560)
         # With --stagger session i starts at i/6 of a period: session 0 fits 25 frames in the

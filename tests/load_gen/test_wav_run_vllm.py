@@ -36,31 +36,31 @@ def runs(engine, speech, tmp_path_factory):
 
 def test_wav_sessions_produce_frames_on_time(runs):
     wav, synthetic, st = runs
-    assert wav["status"] == synthetic["status"] == "finished", (wav["reason"], synthetic["reason"])
-    assert wav["admitted"] == 6 and wav["rejected"] == 0
+    assert wav.status == synthetic.status == "finished", (wav.reason, synthetic.reason)
+    assert wav.admitted == 6 and wav.rejected == 0
     # Session 0 starts at 0 s, the phase-staggered others at the next tick: 145
     # frames, less the last ones the run's end cuts before their deadline on the real clock.
-    assert 25 + 5 * 24 - 6 <= wav["frames"] <= 25 + 5 * 24
-    assert 6 * 25 - 6 <= synthetic["frames"] <= 6 * 25
+    assert 25 + 5 * 24 - 6 <= wav.frames <= 25 + 5 * 24
+    assert 6 * 25 - 6 <= synthetic.frames <= 6 * 25
     # The window keeps the pool from filling: nothing stalls. A busy 2-core machine can still
     # make the odd frame late on the real clock, in both loads alike.
-    assert not wav["stalled"] and not synthetic["stalled"]
-    assert wav["silent_rate"] <= 0.05 and synthetic["silent_rate"] <= 0.05
-    assert wav["on_time_rate"] >= 0.9
+    assert not wav.stalled and not synthetic.stalled
+    assert wav.silent_rate <= 0.05 and synthetic.silent_rate <= 0.05
+    assert wav.on_time_rate >= 0.9
     out = st.cursor().execute("SELECT sum(tokens_out) FROM frames WHERE run_id = ?",
-                              [wav["run_id"]]).fetchone()[0]
-    assert out >= 0.9 * 4 * wav["frames"]  # the model answered the audio frames
+                              [wav.run_id]).fetchone()[0]
+    assert out >= 0.9 * 4 * wav.frames  # the model answered the audio frames
 
 
 def test_wav_telemetry_looks_like_the_synthetic_load(runs):
     wav, synthetic, st = runs
-    occ_wav = occupancy(st.cursor(), wav["run_id"])
-    occ_syn = occupancy(st.cursor(), synthetic["run_id"])
+    occ_wav = occupancy(st.cursor(), wav.run_id)
+    occ_syn = occupancy(st.cursor(), synthetic.run_id)
     assert len(occ_wav) == len(occ_syn) == 25  # one tick row per period
-    assert 0 < wav["max_occupancy"] < 1.0
+    assert 0 < wav.max_occupancy < 1.0
     # Same sessions, window and tokens per frame: the same resident KV at the plateau.
-    assert wav["max_resident_blocks"] == synthetic["max_resident_blocks"] <= 128 // 32 + 1
+    assert wav.max_resident_blocks == synthetic.max_resident_blocks <= 128 // 32 + 1
     # At the end both sit on the plateau, within one block per session (where each session
     # is inside its last block differs: five WAV sessions started one frame later).
     assert occ_wav.occupancy.iloc[-1] == pytest.approx(occ_syn.occupancy.iloc[-1], abs=6 / 64)
-    assert len(steps(st.cursor(), wav["run_id"])) >= 20  # engine step stats were recorded
+    assert len(steps(st.cursor(), wav.run_id)) >= 20  # engine step stats were recorded

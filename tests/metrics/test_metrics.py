@@ -77,7 +77,7 @@ def test_two_runs_scrape_every_metric_with_counts_that_match_the_store(store):
     for families in (mid, mid2):
         missing = [name for name in REQUIRED if name not in families]
         assert not missing, missing
-    a, b = cliff["run_id"], slope["run_id"]
+    a, b = cliff.run_id, slope.run_id
     lat = mid["metronome_frame_latency_seconds"]
     assert [s.labels["le"] for s in _samples(lat, a, "metronome_frame_latency_seconds_bucket")] \
         == ["0.005", "0.01", "0.02", "0.03", "0.04", "0.05", "0.06", "0.08", "0.1", "0.12",
@@ -98,19 +98,19 @@ def test_two_runs_scrape_every_metric_with_counts_that_match_the_store(store):
     frames = after["metronome_frames"]
     by_outcome = {s.labels["outcome"]: s.value
                   for s in _samples(frames, a, "metronome_frames_total")}
-    assert sum(by_outcome.values()) == cliff["frames"]
-    assert by_outcome["silent"] == cliff["silent_frames"] > 0
-    assert by_outcome["on_time"] == round(cliff["on_time_rate"] * cliff["frames"])
+    assert sum(by_outcome.values()) == cliff.frames
+    assert by_outcome["silent"] == cliff.silent_frames > 0
+    assert by_outcome["on_time"] == round(cliff.on_time_rate * cliff.frames)
     decisions = {(s.labels["decision"], s.labels["reason"]): s.value for s in
                  _samples(after["metronome_admission_decisions"], a,
                           "metronome_admission_decisions_total")}
-    assert decisions[("admitted", "admitted")] == cliff["admitted"]
-    assert decisions[("rejected", "over_limit")] == cliff["rejected"] > 0
+    assert decisions[("admitted", "admitted")] == cliff.admitted
+    assert decisions[("rejected", "over_limit")] == cliff.rejected > 0
     evicted = _samples(after["metronome_evictions"], a, "metronome_evictions_total")
-    assert [(s.labels["reason"], s.value) for s in evicted] == [("stall_guard", cliff["evicted"])]
+    assert [(s.labels["reason"], s.value) for s in evicted] == [("stall_guard", cliff.evicted)]
     assert _samples(after["metronome_stalls"], a, "metronome_stalls_total")[0].value >= 1
     assert _samples(after["metronome_rollovers"], b, "metronome_rollovers_total")[0].value \
-        == slope["rollovers"] > 0
+        == slope.rollovers > 0
     overruns = _samples(after["metronome_tick_overrun_seconds"], a,
                         "metronome_tick_overrun_seconds_count")
     assert overruns[0].value == 125  # one per tick
@@ -123,14 +123,14 @@ def test_two_runs_scrape_every_metric_with_counts_that_match_the_store(store):
     store.writer.flush()
     incomplete = store.cursor().execute(
         "SELECT count(*) FROM frames WHERE run_id = ? AND NOT complete", [a]).fetchone()[0]
-    assert censored == incomplete > 0 and count + censored == cliff["frames"]
+    assert censored == incomplete > 0 and count + censored == cliff.frames
     # An ended run keeps its counters but loses its gauges (its pool no longer exists).
     assert not _samples(after["metronome_pool_occupancy_ratio"], a)
     assert _samples(after["metronome_run_active"], a)[0].value == 0
     lost = after["metronome_store_rows_lost"].samples
     assert [(s.name, s.value) for s in lost] == [("metronome_store_rows_lost_total", 0.0)]
     written = after["metronome_store_rows_written"].samples[0].value
-    assert written > cliff["frames"] + slope["frames"]
+    assert written > cliff.frames + slope.frames
 
 
 def test_censored_frames_follow_the_column_when_there_is_one():
@@ -227,7 +227,7 @@ def test_a_failing_observer_is_dropped_and_the_run_goes_on(store, caplog):
     broken = _Broken()
     runner = Runner(cfg, TwinEngine(cfg.engine_config(), CostModel()), store, observers=[broken])
     summary = runner.run()
-    assert summary["status"] == "finished" and summary["frames"] > 0
+    assert summary.status == "finished" and summary.frames > 0
     assert broken.calls == 1
     assert sum("metrics bug" in r.getMessage() or "observer" in r.getMessage()
                for r in caplog.records) == 1
@@ -257,7 +257,7 @@ def test_the_console_host_serves_its_runs_on_the_metrics_port(tmp_path):
         text = urllib.request.urlopen(host.metrics_endpoint, timeout=5).read().decode()
         frames = _families(text)["metronome_frames"]
         assert sum(s.value for s in _samples(frames, run_id, "metronome_frames_total")) \
-            == host.state().summary["frames"]
+            == host.state().summary.frames
     finally:
         host.close()
         stop_serving(port)
@@ -352,8 +352,8 @@ def test_silent_frames_are_exported_by_cause_and_schedule_drift_by_schedule(stor
     exporter.track_drift(lambda: drift)
     families = _families(generate_latest(registry).decode())
     causes = {x.labels["cause"]: x.value
-              for x in _samples(families["metronome_silent_frames"], s["run_id"])}
-    assert causes == {"memory": s["silent_memory_frames"]} and causes["memory"] > 0
+              for x in _samples(families["metronome_silent_frames"], s.run_id)}
+    assert causes == {"memory": s.silent_memory_frames} and causes["memory"] > 0
     drifted = families["metronome_schedule_drifted"].samples
     assert [(x.labels["schedule"], x.value) for x in drifted] == [("nightly canary", 1.0)]
     change = families["metronome_schedule_n_star_change_ratio"].samples
@@ -381,4 +381,4 @@ def test_n_star_is_exported_once_the_controller_held_a_stable_stretch(store):
         "SELECT n_star FROM ticks WHERE run_id = ? AND t <= 29.0 ORDER BY t DESC LIMIT 1",
         [runner.run_id]).fetchone()[0]
     assert sample.value == then and abs(sample.value - 20) <= 2
-    assert summary["n_star"] is not None and abs(summary["n_star"] - 20) <= 2
+    assert summary.n_star is not None and abs(summary.n_star - 20) <= 2

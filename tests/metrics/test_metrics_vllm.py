@@ -48,7 +48,7 @@ def test_a_vllm_run_scrape_has_vllm_series_next_to_ours(store, vllm_engines):
         thread.join()
     finally:
         stop_serving(port)
-    assert runner.summary["status"] == "finished" and runner.summary["frames"] > 0
+    assert runner.summary.status == "finished" and runner.summary.frames > 0
     wanted = _dashboard_vllm_names()
     assert {"vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting",
             "vllm:num_preemptions"} <= wanted

@@ -25,14 +25,14 @@ def test_a_session_that_errors_ends_alone(store):
     cfg = RunConfig(engine="twin", policy="window", window=64, pool_blocks=64, sessions=6,
                     duration_s=5.0)
     s = Runner(cfg, _OneBadSession(cfg.engine_config(), CostModel()), store).run()
-    assert s["status"] == "finished"
-    ev = events(store.cursor(), s["run_id"])
+    assert s.status == "finished"
+    ev = events(store.cursor(), s.run_id)
     closes = ev[ev.kind == "close"]
     assert len(closes) == 1 and "injected session fault" in closes.detail.iloc[0]
     others = store.cursor().execute(
         "SELECT session_id, count(*), sum(CASE WHEN silent THEN 1 ELSE 0 END) FROM frames "
         "WHERE run_id = ? AND session_id <> 3 AND t_submit > 2 GROUP BY 1",
-        [s["run_id"]]).fetchall()
+        [s.run_id]).fetchall()
     # The other five kept every frame of the last 3 s (the one cut off by the end excepted).
     assert len(others) == 5 and all(n >= int(3 / 0.08) - 1 and silent == 0
                                     for _, n, silent in others)
@@ -54,8 +54,8 @@ def test_dead_vllm_engine_fails_the_run_and_a_new_engine_starts(store, vllm_engi
     for proc in victims:
         proc.kill()
     thread.join(timeout=60)
-    assert runner.summary["status"] == "failed"
-    assert "engine" in runner.summary["reason"].lower()
+    assert runner.summary.status == "failed"
+    assert "engine" in runner.summary.reason.lower()
     row = run_row(store.cursor(), runner.run_id)
     assert row["status"] == "failed" and row["ended_at"] is not None
     assert engine.error() is not None
@@ -64,4 +64,4 @@ def test_dead_vllm_engine_fails_the_run_and_a_new_engine_starts(store, vllm_engi
     again = vllm_engines.get(cfg)  # same process, fresh engine
     assert again is not engine and vllm_engines.starts == starts + 1
     s = Runner(RunConfig(**{**cfg.__dict__, "duration_s": 2.0}), again, store).run()
-    assert s["status"] == "finished" and s["frames"] > 0
+    assert s.status == "finished" and s.frames > 0

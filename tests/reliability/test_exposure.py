@@ -22,7 +22,7 @@ def test_hostile_run_ids_are_data_not_sql(store):
         assert run_row(cur, text) is None
         assert frame_counts(cur, text) == {"frames": 0, "silent_frames": 0}
         assert latency_percentiles(cur, text).empty and events(cur, text).empty
-    assert run_row(cur, s["run_id"])["status"] == "finished"  # the table is still there
+    assert run_row(cur, s.run_id)["status"] == "finished"  # the table is still there
     assert len(runs(cur)) == 1
 
 

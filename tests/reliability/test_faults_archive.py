@@ -54,7 +54,7 @@ def test_hostile_run_ids_never_become_paths(store):
     """Runs with ids '..', '.', 'a/b', ... in a hand-edited database. Must survive: the
     database file and its folder, every run archived before, and the hostile rows themselves
     (kept in the database, each with a failed archives row saying why)."""
-    earlier = execute(RunConfig(**LOAD), store)["run_id"]
+    earlier = execute(RunConfig(**LOAD), store).run_id
     _age(store, earlier)
     assert archive.archive_older_than(store, 30 * 86400)[0].status == "archived"
     for run_id in HOSTILE_IDS:
@@ -88,7 +88,7 @@ def test_a_delete_outside_the_archive_root_is_refused(tmp_path):
 def test_an_unwritable_archive_keeps_the_run_and_records_the_real_error(store):
     """The archive folder cannot be created (a file is in its place). Must survive: every row
     of the run in the database, the blocking file, and the OS's own error in `archives`."""
-    run_id = execute(RunConfig(**LOAD), store)["run_id"]
+    run_id = execute(RunConfig(**LOAD), store).run_id
     _age(store, run_id)
     before = _counts(store, run_id)
     blocker = archive.archive_dir(store.path)
@@ -121,7 +121,7 @@ def test_a_failed_commit_is_recorded_with_its_own_error(store):
     """The delete's commit fails. Must survive: the run's rows (rolled back, all there), the
     Parquet copy (a run may be in both places, never in neither), and the commit's real error
     in `archives`, not the rollback's 'no transaction is active'."""
-    run_id = execute(RunConfig(**LOAD), store)["run_id"]
+    run_id = execute(RunConfig(**LOAD), store).run_id
     _age(store, run_id)
     before = _counts(store, run_id)
     real = store.writer._con
@@ -154,7 +154,7 @@ def test_a_kill_during_archive_loses_nothing_and_the_next_archive_completes(stor
     """SIGKILL half-way through archiving (before the rename; after it, before the delete).
     Must survive: every row of the run in the database (at worst the run is in both places),
     no half archive listed as archived, and the next archive completes the move."""
-    run_id = execute(RunConfig(**LOAD), store)["run_id"]
+    run_id = execute(RunConfig(**LOAD), store).run_id
     _age(store, run_id)
     before = _counts(store, run_id)
     path = store.path

@@ -108,8 +108,8 @@ def test_values_at_the_columns_bounds_get_their_row_and_beyond_are_refused(store
     s = execute(RunConfig(engine="twin", sessions=2, duration_s=1.0, seed=INT32_MAX,
                           pool_blocks=INT32_MAX // 32), store)
     row = store.cursor().execute("SELECT seed, pool_blocks, status FROM runs WHERE run_id = ?",
-                                 [s["run_id"]]).fetchone()
-    assert row == (INT32_MAX, INT32_MAX // 32, "finished") and s["rows_lost"] == 0
+                                 [s.run_id]).fetchone()
+    assert row == (INT32_MAX, INT32_MAX // 32, "finished") and s.rows_lost == 0
     for bad, needle in ((dict(seed=INT32_MAX + 1), "seed 2147483648"),
                         (dict(pool_blocks=3_000_000_000), "pool blocks 3000000000"),
                         (dict(pool_blocks=2_000_000_000 // 32, data_parallel_size=2),

@@ -30,16 +30,16 @@ def test_aimd_converges_to_n_star_under_three_times_the_load(store):
     s = _run(store, policy="window", window=128, pool_blocks=4096, frame_ms=80.0,
              load="poisson", sessions=4000, arrival_rate=offered / 20.0, session_s=20.0,
              duration_s=150.0, admission="aimd", target=0.8, seed=1)
-    ticks = occupancy(store.cursor(), s["run_id"])
+    ticks = occupancy(store.cursor(), s.run_id)
     limits = store.cursor().execute(
         "SELECT t, limit_sessions, live FROM ticks WHERE run_id = ? AND t > 75 ORDER BY t",
-        [s["run_id"]]).df()
+        [s.run_id]).df()
     mean_live = statistics.fmean(limits.live)
     assert abs(mean_live - n_star) <= 0.1 * n_star, (mean_live, n_star)
-    assert s["rejected"] > s["admitted"]  # 3× the load: most arrivals are turned away
+    assert s.rejected > s.admitted  # 3× the load: most arrivals are turned away
     silent_late = store.cursor().execute(
         "SELECT count(*) FROM frames WHERE run_id = ? AND silent AND t_submit > 75",
-        [s["run_id"]]).fetchone()[0]
+        [s.run_id]).fetchone()[0]
     assert silent_late == 0
     assert not ticks.stalled.any()
 
@@ -54,14 +54,14 @@ UNBOUNDED = dict(policy="unbounded", pool_blocks=1024, frame_ms=80.0, load="pois
 
 def test_latency_only_aimd_over_admits_unbounded_kv_and_stalls(store):
     s = _run(store, cost=FLAT, **UNBOUNDED)
-    assert s["stalled"] and s["silent_rate"] > 0.2
+    assert s.stalled and s.silent_rate > 0.2
 
 
 def test_memory_guard_keeps_unbounded_kv_off_the_wall(store):
     s = _run(store, cost=FLAT, memory_guard=True, **UNBOUNDED)
-    assert not s["stalled"] and s["silent_frames"] == 0
-    assert s["max_occupancy"] < 1.0
-    rejects = events(store.cursor(), s["run_id"])
+    assert not s.stalled and s.silent_frames == 0
+    assert s.max_occupancy < 1.0
+    rejects = events(store.cursor(), s.run_id)
     rejects = rejects[rejects.kind == "reject"]
     assert rejects.detail.str.contains("memory_guard").any()
 
@@ -78,8 +78,8 @@ def test_live_limit_change_is_applied_and_recorded(store):
     with pytest.raises(ValueError, match="window 16 is smaller than one block"):
         runner.apply(window=16)
     s = runner.run()
-    assert s["final_limit"] == 5 and s["admitted"] == 5
-    ev = events(store.cursor(), s["run_id"])
+    assert s.final_limit == 5 and s.admitted == 5
+    ev = events(store.cursor(), s.run_id)
     changes = ev[ev.kind == "param_change"].detail.tolist()
     assert any('"setting": "limit"' in d for d in changes)
     assert any('"setting": "policy"' in d and "W=64" in d for d in changes)
@@ -101,7 +101,7 @@ def test_rollover_prompts_follow_a_live_window_change(store):
     time.sleep(1.9)
     runner.apply(window=64)
     thread.join()
-    ev = events(store.cursor(), runner.summary["run_id"])
+    ev = events(store.cursor(), runner.summary.run_id)
     change_t = ev[ev.kind == "param_change"].t.iloc[0]
     rolls = [(t, json.loads(d)["prompt_tokens"]) for t, d in
              zip(ev[ev.kind == "rollover"].t, ev[ev.kind == "rollover"].detail)]

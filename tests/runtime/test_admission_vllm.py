@@ -42,41 +42,41 @@ def test_aimd_admits_then_rejects_and_keeps_frames_on_time(window_engine, store,
                     session_s=4.0 * k, duration_s=12.0 * k, admission="aimd", target=0.5, seed=3,
                     **WINDOW)
     s = Runner(cfg, window_engine, store).run()
-    assert s["status"] == "finished", s["reason"]
-    assert s["admitted"] >= 4 and s["rejected"] > 0
+    assert s.status == "finished", s.reason
+    assert s.admitted >= 4 and s.rejected > 0
     # Two shared cores: a scheduling hiccup can cost a frame or two; more would be the control.
-    assert s["silent_rate"] <= 0.03, s["silent_frames"]
+    assert s.silent_rate <= 0.03, s.silent_frames
     late = store.cursor().execute(
         "SELECT quantile_cont(latency_ms, 0.95) FROM frames WHERE run_id = ? AND t_submit > ?",
-        [s["run_id"], 6 * k]).fetchone()[0]
+        [s.run_id, 6 * k]).fetchone()[0]
     # p95 held near the target (half the frame) once converged
     assert late <= 0.5 * WINDOW["frame_ms"] * 1.5, late
-    assert s["final_limit"] < offered  # the cap is the control
+    assert s.final_limit < offered  # the cap is the control
 
 
 def test_memory_guard_keeps_unbounded_kv_from_stalling(unbounded_engine, store):
     cfg = RunConfig(load="poisson", sessions=400, arrival_rate=2.0, session_s=4.0,
                     duration_s=10.0, memory_guard=True, seed=4, **UNBOUNDED)
     s = Runner(cfg, unbounded_engine, store).run()
-    assert s["status"] == "finished", s["reason"]
-    assert not s["stalled"] and s["max_occupancy"] < 1.0
-    ev = events(store.cursor(), s["run_id"])
+    assert s.status == "finished", s.reason
+    assert not s.stalled and s.max_occupancy < 1.0
+    ev = events(store.cursor(), s.run_id)
     assert ev[ev.kind == "reject"].detail.str.contains("memory_guard").any()
 
 
 def test_stall_guard_recovers_a_forced_stall(unbounded_engine, store):
     cfg = RunConfig(sessions=8, duration_s=8.0, stall_guard=True, **UNBOUNDED)
     s = Runner(cfg, unbounded_engine, store).run()
-    assert s["status"] == "finished", s["reason"]
-    assert s["stalled"] and s["evicted"] >= 1
-    ev = events(store.cursor(), s["run_id"])
+    assert s.status == "finished", s.reason
+    assert s.stalled and s.evicted >= 1
+    ev = events(store.cursor(), s.run_id)
     first_evict = ev[ev.kind == "evict"].t.min()
-    assert first_evict - s["stall_at_s"] <= 4 * 0.16 + 1e-6  # detected within two frames
+    assert first_evict - s.stall_at_s <= 4 * 0.16 + 1e-6  # detected within two frames
     flowing = store.cursor().execute(
         "SELECT min(t) FROM ticks WHERE run_id = ? AND t > ? AND tokens_out > 0",
-        [s["run_id"], first_evict]).fetchone()[0]
+        [s.run_id, first_evict]).fetchone()[0]
     assert flowing is not None and flowing - first_evict <= 3 * 0.16 + 1e-6
     survivors = store.cursor().execute(
         "SELECT count(DISTINCT session_id) FROM frames WHERE run_id = ? AND t_submit > ? "
-        "AND NOT silent", [s["run_id"], first_evict]).fetchone()[0]
+        "AND NOT silent", [s.run_id, first_evict]).fetchone()[0]
     assert survivors >= 2  # the other sessions keep producing

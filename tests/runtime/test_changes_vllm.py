@@ -33,27 +33,27 @@ def test_scripted_changes_roll_over_with_sinks_and_bound_the_pool(engine, store)
                                      ScheduledChange.parse(f"{6.5 * K:g}:window=32")))
     frame_s = LOAD["frame_ms"] / 1e3
     s = Runner(cfg, engine, store).run()
-    assert s["status"] == "finished", s["reason"]
+    assert s.status == "finished", s.reason
     # The changes are history: in order, with their times, and the JSON ends at W = 32.
-    assert [c["change"] for c in s["changes"]] == ["S 32 → 0", "W 128 → 32"]
+    assert [c["change"] for c in s.changes] == ["S 32 → 0", "W 128 → 32"]
     # Requested at the first tick at or after its time, confirmed by the engine a tick or two
     # later (the tick does not wait for it): on the record at the tick that saw it done.
-    assert 6.0 * K <= s["changes"][0]["t"] < 6.0 * K + 3 * frame_s
-    assert 6.5 * K <= s["changes"][1]["t"] < 6.5 * K + 3 * frame_s
-    assert (s["window"], s["sinks"]) == (32, 0)
-    assert s["settings_at_start"]["window"] == 128
+    assert 6.0 * K <= s.changes[0]["t"] < 6.0 * K + 3 * frame_s
+    assert 6.5 * K <= s.changes[1]["t"] < 6.5 * K + 3 * frame_s
+    assert (s.window, s.sinks) == (32, 0)
+    assert s.settings_at_start["window"] == 128
     hist = store.cursor().execute(
         "SELECT setting, window_tokens, sink_tokens FROM settings_history WHERE run_id = ? "
-        "ORDER BY t", [s["run_id"]]).fetchall()
+        "ORDER BY t", [s.run_id]).fetchall()
     assert hist == [("start", 128, 32), ("policy", 128, 0), ("policy", 32, 0)]
     # Occupancy falls under the new bound: per session ceil(32/32) + 1 + 1 blocks (a frame's
     # 19 tokens may straddle a block edge), within a second of the change.
     used = store.cursor().execute(
         "SELECT max(used_blocks) FROM ticks WHERE run_id = ? AND t > ?",
-        [s["run_id"], 7.5 * K]).fetchone()[0]
+        [s.run_id, 7.5 * K]).fetchone()[0]
     assert used <= 6 * 3, used
     # Sessions rolled over before max_model_len with the sinks + the last W as their prompt.
-    ev = events(store.cursor(), s["run_id"])
+    ev = events(store.cursor(), s.run_id)
     rolls = [json.loads(d) for d in ev[ev.kind == "rollover"].detail]
     assert rolls, "no rollover in 62 frames at 512 tokens"
     early = [r for r in rolls if r["sink_tokens"] == 32]  # the first ones, at about 4.3 s
@@ -62,9 +62,9 @@ def test_scripted_changes_roll_over_with_sinks_and_bound_the_pool(engine, store)
     # A bounded run keeps answering: a numeric median, no stall. On an AVX2-only 2-core EPYC a
     # rollover's 160-token prefill holds frames past the next one (censored: 12 and 50 of ~370
     # seen in two suite runs), so the bound is structural — a stall censors every frame after it.
-    assert not s["stalled"] and s["censored_frames"] <= 0.2 * s["frames"], s["censored_frames"]
-    assert not s["p50_censored"] and s["p50_ms"] is not None
-    assert frame_counts(store.cursor(), s["run_id"])["frames"] == s["frames"]
+    assert not s.stalled and s.censored_frames <= 0.2 * s.frames, s.censored_frames
+    assert not s.p50_censored and s.p50_ms is not None
+    assert frame_counts(store.cursor(), s.run_id)["frames"] == s.frames
 
 
 def test_the_tick_keeps_submitting_frames_while_a_change_is_applied(engine, store):
@@ -73,14 +73,14 @@ def test_the_tick_keeps_submitting_frames_while_a_change_is_applied(engine, stor
                              ScheduledChange.parse(f"{4 * K:g}:window=128")))
     frame_s = LOAD["frame_ms"] / 1e3
     s = Runner(cfg, engine, store).run()
-    ev = events(store.cursor(), s["run_id"])
+    ev = events(store.cursor(), s.run_id)
     changes = [(t, json.loads(d)) for t, d in zip(ev.t, ev.detail)
                if json.loads(d).get("setting") == "policy"]
     changes = [(t, d) for t, d in changes if "requested_t" in d]
     assert len(changes) == 2
     frames = store.cursor().execute(
         "SELECT session_id, t_submit, skipped FROM frames WHERE run_id = ? ORDER BY t_submit",
-        [s["run_id"]]).df()
+        [s.run_id]).df()
     for seen_t, detail in changes:
         # From the request to one frame after the tick that saw it done, every session kept
         # its cadence: frames (submitted, or skipped while the previous one was owed) no more

@@ -22,19 +22,19 @@ def test_late_frames_keep_their_true_latency_and_unanswered_ones_are_censored(st
     s = Runner(cfg, TwinEngine(cfg.engine_config(), slow), store).run()
     rows = store.cursor().execute(
         "SELECT latency_ms, latency_bound_ms, censored, complete, on_time FROM frames "
-        "WHERE run_id = ?", [s["run_id"]]).df()
+        "WHERE run_id = ?", [s.run_id]).df()
     late = rows[rows.complete & ~rows.on_time]
     assert len(late) > 0 and (late.latency_ms > 60.0).all()  # true late latencies, not 60
-    assert s["late_frames"] == len(late)
+    assert s.late_frames == len(late)
     censored = rows[rows.censored]
     assert censored.latency_ms.isna().all() and (censored.latency_bound_ms >= 60.0).all()
-    assert len(censored) > 0 and s["censored_frames"] == len(censored)
+    assert len(censored) > 0 and s.censored_frames == len(censored)
 
 
 def test_percentiles_are_censored_only_where_their_rank_is(store):
     s = execute(RunConfig(policy="unbounded", **LOAD), store)
-    q = frame_percentiles(store.cursor(), s["run_id"])
-    share = s["censored_frames"] / s["frames"]
+    q = frame_percentiles(store.cursor(), s.run_id)
+    share = s.censored_frames / s.frames
     for name, p in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
         # The rank p·(n−1) is among the censored frames when p > 1 − share (ties aside).
         if p > 1 - share + 0.01:
@@ -49,19 +49,19 @@ def test_scheduled_changes_are_history_in_the_summary_and_the_store(store):
                              ScheduledChange.parse("6:target=0.5"),
                              ScheduledChange.parse("7:stall_guard=on")))
     s = execute(cfg, store)
-    assert s["window"] == 32 and s["settings_at_start"]["window"] == 128
-    assert s["target"] == 0.5 and s["stall_guard"] is True
-    assert [c["change"] for c in s["changes"]] == [
+    assert s.window == 32 and s.settings_at_start["window"] == 128
+    assert s.target == 0.5 and s.stall_guard is True
+    assert [c["change"] for c in s.changes] == [
         "W 128 → 32", "target 0.80 → 0.50", "stall guard off → on"]
-    assert 4.0 <= s["changes"][0]["t"] <= 4.0 + 0.08  # applied at the tick it came due
+    assert 4.0 <= s.changes[0]["t"] <= 4.0 + 0.08  # applied at the tick it came due
     hist = store.cursor().execute(
         "SELECT t, setting, window_tokens, target, stall_guard FROM settings_history "
-        "WHERE run_id = ? ORDER BY t", [s["run_id"]]).df()
+        "WHERE run_id = ? ORDER BY t", [s.run_id]).df()
     assert list(hist.setting) == ["start", "policy", "target", "stall_guard"]
     assert list(hist.window_tokens) == [128, 32, 32, 32]
     ticks = store.cursor().execute(
         "SELECT t, window_tokens, used_blocks FROM ticks WHERE run_id = ? ORDER BY t",
-        [s["run_id"]]).df()
+        [s.run_id]).df()
     assert (ticks[ticks.t < 4].window_tokens == 128).all()
     assert (ticks[ticks.t > 4.1].window_tokens == 32).all()
     # Occupancy falls under the new bound: 12 sessions × (ceil(32/32) + 1 + 1) blocks.
@@ -84,8 +84,8 @@ def test_a_change_the_engine_cannot_take_is_recorded_not_fatal(store):
     cfg = RunConfig(policy="window", window=128, **LOAD,
                     changes=(ScheduledChange.parse("2:window=64"),))
     s = execute(cfg, store, _FrozenTwin(cfg.engine_config()))
-    assert s["status"] == "finished" and s["window"] == 128 and s["changes"] == []
-    ev = events(store.cursor(), s["run_id"])
+    assert s.status == "finished" and s.window == 128 and s.changes == ()
+    ev = events(store.cursor(), s.run_id)
     assert "cannot change W while running" in ev[ev.kind == "param_rejected"].detail.iloc[0]
 
 
@@ -119,7 +119,7 @@ def test_rollover_prompt_is_the_sinks_then_the_last_window(store):
     cfg = RunConfig(policy="window", window=64, sinks=32, max_model_len=512, **LOAD)
     engine = _PromptRecorder(cfg.engine_config())
     s = Runner(cfg, engine, store).run()
-    assert s["rollovers"] > 0
+    assert s.rollovers > 0
     prompts = engine.prompts[0]
     inputs = [p for p in prompts if len(p) == cfg.tokens_in]
     first = [t for p in prompts[:2] for t in p]  # the session's first 32 input tokens
@@ -130,7 +130,7 @@ def test_rollover_prompt_is_the_sinks_then_the_last_window(store):
     assert prompt[:32] == first[:32]  # the sinks
     assert prompt[32:96] == before[-64:]  # the last W inputs before the rollover
     assert inputs  # ordinary frames go on after it
-    ev = events(store.cursor(), s["run_id"])
+    ev = events(store.cursor(), s.run_id)
     detail = json.loads(ev[ev.kind == "rollover"].detail.iloc[0])
     assert detail["prompt_tokens"] == 96 and detail["sink_tokens"] == 32
 
@@ -138,13 +138,13 @@ def test_rollover_prompt_is_the_sinks_then_the_last_window(store):
 def test_frames_in_the_store_equal_frames_in_the_summary(store):
     for policy in ({"policy": "unbounded"}, {"policy": "window", "window": 64}):
         s = execute(RunConfig(**policy, **LOAD), store)
-        assert frame_counts(store.cursor(), s["run_id"])["frames"] == s["frames"]
-        assert s["rows_lost"] == 0 and s["store_errors"] == {}
+        assert frame_counts(store.cursor(), s.run_id)["frames"] == s.frames
+        assert s.rows_lost == 0 and s.store_errors == {}
 
 
 # --- why a frame went silent (issue 19) ---------------------------------------------------------
 def _causes(s):
-    return {c: s[f"silent_{c}_frames"] for c in ("memory", "compute", "guard", "other")}
+    return s.silent_by_cause
 
 
 def test_silence_with_room_in_the_pool_is_labelled_compute(store):
@@ -153,25 +153,25 @@ def test_silence_with_room_in_the_pool_is_labelled_compute(store):
                     duration_s=4.0, frame_ms=80.0, budget_ms=60.0)
     s = Runner(cfg, TwinEngine(cfg.engine_config(), CostModel(a_ms=14.0, b_ms_per_token=0.3)),
                store).run()
-    assert s["silent_frames"] > 0 and _causes(s)["compute"] == s["silent_frames"]
-    assert s["silence"] == "compute" and not s["partial_stall"] and s["max_occupancy"] < 0.9
+    assert s.silent_frames > 0 and _causes(s)["compute"] == s.silent_frames
+    assert s.silence == "compute" and not s.partial_stall and s.max_occupancy < 0.9
     rows = store.cursor().execute(
         "SELECT DISTINCT silent_cause FROM frames WHERE run_id = ? AND silent",
-        [s["run_id"]]).fetchall()
+        [s.run_id]).fetchall()
     assert rows == [("compute",)]
 
 
 def test_silence_after_the_pool_fills_is_labelled_memory(store):
     s = execute(RunConfig(policy="unbounded", **LOAD), store)
-    assert s["stalled"] and s["silence"] == "stall"
-    assert sum(_causes(s).values()) == s["silent_frames"]
+    assert s.stalled and s.silence == "stall"
+    assert sum(_causes(s).values()) == s.silent_frames
     late = store.cursor().execute(
         "SELECT count(*), count(*) FILTER (WHERE silent_cause = 'memory') FROM frames "
-        "WHERE run_id = ? AND silent AND t_submit > ?", [s["run_id"], s["stall_at_s"]]).fetchone()
+        "WHERE run_id = ? AND silent AND t_submit > ?", [s.run_id, s.stall_at_s]).fetchone()
     assert late[0] > 0 and late[0] == late[1]
     ticks = store.cursor().execute(
-        "SELECT sum(silent_memory) FROM ticks WHERE run_id = ?", [s["run_id"]]).fetchone()[0]
-    assert 0 < ticks <= s["silent_memory_frames"]  # frames after the last tick are not ticked
+        "SELECT sum(silent_memory) FROM ticks WHERE run_id = ?", [s.run_id]).fetchone()[0]
+    assert 0 < ticks <= s.silent_memory_frames  # frames after the last tick are not ticked
 
 
 def test_memory_silence_without_a_total_stall_is_a_partial_stall(store):
@@ -181,8 +181,8 @@ def test_memory_silence_without_a_total_stall_is_a_partial_stall(store):
     s = execute(RunConfig(engine="twin", policy="unbounded", load="poisson", arrival_rate=1.0,
                           session_s=8.0, sessions=20, duration_s=20.0, pool_blocks=360,
                           seed=0), store)
-    assert not s["stalled"] and s["partial_stall"] and s["silence"] == "partial stall"
-    assert s["silent_memory_frames"] > 0 and s["max_occupancy"] >= 0.99
+    assert not s.stalled and s.partial_stall and s.silence == "partial stall"
+    assert s.silent_memory_frames > 0 and s.max_occupancy >= 0.99
 
 
 # --- collapse probability before a run (issue 19) -----------------------------------------------

@@ -41,32 +41,32 @@ def test_counters_rates_and_percentiles_come_through(store_reads):
     rec.frame(1, 0, 0.0, handle(0.0, (0.02,) * 4, done_at=0.02), now=0.2)
     rec.frame(1, 1, 0.08, None, now=0.2)
     s = _summary(rec)
-    assert (s["frames"], s["silent_frames"], s["censored_frames"]) == (2, 1, 1)
-    assert s["silent_rate"] == 0.5 and s["on_time_rate"] == 0.5
-    assert (s["admitted"], s["rejected"], s["sessions_offered"]) == (2, 1, 3)
-    assert s["p95_ms"] == 35.0 and s["p99_ms"] is None and s["p99_censored"]
-    assert s["silence"] == "compute" and not s["partial_stall"] and not s["stalled"]
-    assert s["tsat_observed_s"] is None
-    assert s["n_star"] is None and s["window"] == 64 and s["duration_s"] == 10.0
+    assert (s.frames, s.silent_frames, s.censored_frames) == (2, 1, 1)
+    assert s.silent_rate == 0.5 and s.on_time_rate == 0.5
+    assert (s.admitted, s.rejected, s.sessions_offered) == (2, 1, 3)
+    assert s.p95_ms == 35.0 and s.p99_ms is None and s.p99_censored
+    assert s.silence == "compute" and not s.partial_stall and not s.stalled
+    assert s.tsat_observed_s is None
+    assert s.n_star is None and s.window == 64 and s.duration_s == 10.0
 
 
 def test_a_stall_fits_t_sat_on_the_curve_before_it(store_reads):
     s = _summary(recorder(), stall_at=5.0)
-    assert s["stalled"] and s["stall_at_s"] == 5.0 and s["silence"] == "stall"
-    assert s["tsat_pred_s"] == pytest.approx(10.0, rel=0.05)  # ρ = 0.1·t reaches 1 at 10 s
+    assert s.stalled and s.stall_at_s == 5.0 and s.silence == "stall"
+    assert s.tsat_pred_s == pytest.approx(10.0, rel=0.05)  # ρ = 0.1·t reaches 1 at 10 s
 
 
 def test_no_stall_extrapolates_the_last_third_and_a_flat_end_predicts_nothing(store_reads):
-    assert _summary(recorder())["tsat_pred_s"] is None
+    assert _summary(recorder()).tsat_pred_s is None
 
 
 def test_no_frames_no_rates_and_the_ranks_and_n_star_fields_are_merged(store_reads):
     s = _summary(recorder(), n_star=NStar(3, 4.0, 5.0, intervals=6),
-                 ranks={"ranks": [], "stalled_rank": None, "data_parallel_size": 1,
+                 ranks={"ranks": (), "stalled_rank": None, "data_parallel_size": 1,
                         "placement": "engine"})
-    assert s["silent_rate"] is None and s["on_time_rate"] is None
-    assert (s["n_star"], s["n_star_at_s"], s["n_star_for_s"]) == (3, 4.0, 5.0)
-    assert s["data_parallel_size"] == 1 and s["stalled_rank"] is None
+    assert s.silent_rate is None and s.on_time_rate is None
+    assert (s.n_star, s.n_star_at_s, s.n_star_for_s) == (3, 4.0, 5.0)
+    assert s.data_parallel_size == 1 and s.stalled_rank is None
 
 
 @pytest.mark.parametrize("stalled, causes, verdict", [

@@ -113,7 +113,7 @@ def test_one_full_rank_stalls_while_the_engine_mean_has_room():
     assert [(r["rank"], r["stalled"], r["live"]) for r in rec.writer.rows["rank_ticks"]] == \
         [(0, True, 2), (1, False, 1)]
     summary = tel.summary()
-    assert [r["stalled"] for r in summary["ranks"]] == [True, False]
+    assert [r.stalled for r in summary["ranks"]] == [True, False]
     assert summary["stalled_rank"] == 0 and tel.first_stall_at == 0.0
     tel.reset_stall(0)  # the guard evicted on rank 0: rank 1's detector is untouched
     assert tel.first_stall_at == 0.0
@@ -125,7 +125,7 @@ def test_a_fleet_of_one_summarises_its_one_rank():
     for k in range(STALL_TICKS):
         _tick(tel, engine, k, owed=1)
     (rank,) = tel.summary()["ranks"]
-    assert rank["stalled"] and rank["stall_at_s"] == 0.0 and rank["max_occupancy"] == 1.0
+    assert rank.stalled and rank.stall_at_s == 0.0 and rank.max_occupancy == 1.0
 
 
 def test_rank_memory_signals_weigh_the_rank_a_session_would_land_on():

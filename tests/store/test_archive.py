@@ -34,8 +34,8 @@ def _counts(store, run_id: str) -> dict:
 
 
 def test_old_runs_move_to_parquet_with_every_row(store):
-    old = execute(RunConfig(**LOAD), store)["run_id"]
-    new = execute(RunConfig(**LOAD, seed=1), store)["run_id"]
+    old = execute(RunConfig(**LOAD), store).run_id
+    new = execute(RunConfig(**LOAD, seed=1), store).run_id
     _age(store, old, 40)
     before = _counts(store, old)
     assert before["frames"] > 100 and before["ticks"] > 10 and before["steps"] > 10
@@ -64,7 +64,7 @@ def test_old_runs_move_to_parquet_with_every_row(store):
 
 
 def test_a_count_mismatch_keeps_the_run_and_says_why(store, monkeypatch):
-    run_id = execute(RunConfig(**LOAD), store)["run_id"]
+    run_id = execute(RunConfig(**LOAD), store).run_id
     _age(store, run_id, 40)
     before = _counts(store, run_id)
     real = archive.parquet_rows

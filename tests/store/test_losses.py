@@ -68,14 +68,14 @@ def test_a_full_disk_fails_the_run_with_its_cause_and_keeps_what_reached_it(stor
                                            OSError("No space left on device (simulated)"))
     s = execute(RunConfig(engine="twin", policy="window", window=64, pool_blocks=64,
                           sessions=4, duration_s=5.0), store)
-    assert s["status"] == "failed" and "No space left on device" in s["reason"]
+    assert s.status == "failed" and "No space left on device" in s.reason
     total = int(5.0 / 0.08 + 0.5)
-    n_ticks = _ticks(store, s["run_id"])
-    assert n_ticks <= 30 and n_ticks + s["rows_lost"] == total  # every tick written or counted
-    assert "No space left on device" in s["store_errors"]["ticks"]
-    assert frame_counts(store.cursor(), s["run_id"])["frames"] == s["frames"]
+    n_ticks = _ticks(store, s.run_id)
+    assert n_ticks <= 30 and n_ticks + s.rows_lost == total  # every tick written or counted
+    assert "No space left on device" in s.store_errors["ticks"]
+    assert frame_counts(store.cursor(), s.run_id)["frames"] == s.frames
     status, reason = store.cursor().execute(
-        "SELECT status, reason FROM runs WHERE run_id = ?", [s["run_id"]]).fetchone()
+        "SELECT status, reason FROM runs WHERE run_id = ?", [s.run_id]).fetchone()
     assert status == "failed" and "No space left on device" in reason
 
 
@@ -85,8 +85,8 @@ def test_a_bad_value_costs_only_its_rows_and_the_run_goes_on(store):
                                            ValueError("Conversion Error: out of range"))
     s = execute(RunConfig(engine="twin", policy="window", window=64, pool_blocks=64,
                           sessions=4, duration_s=5.0), store)
-    assert s["status"] == "finished"
-    assert _ticks(store, s["run_id"]) == 30 and s["rows_lost"] == int(5.0 / 0.08 + 0.5) - 30
+    assert s.status == "finished"
+    assert _ticks(store, s.run_id) == 30 and s.rows_lost == int(5.0 / 0.08 + 0.5) - 30
 
 
 def test_a_streak_of_bad_rows_stops_the_row_by_row_retry(store, monkeypatch):
@@ -206,9 +206,9 @@ def test_a_run_whose_final_flush_times_out_ends_failed_not_running(monkeypatch, 
     store.writer._con = _Stuck(store.writer._con)
     s = execute(RunConfig(engine="twin", policy="window", window=64, pool_blocks=64,
                           sessions=4, duration_s=2.0), store)
-    assert s["status"] == "failed" and "did not flush" in s["reason"]
+    assert s.status == "failed" and "did not flush" in s.reason
     gate.set()  # the disk comes back: what was queued, the run's end included, is written
     store.writer.flush()
     status, reason = store.cursor().execute(
-        "SELECT status, reason FROM runs WHERE run_id = ?", [s["run_id"]]).fetchone()
+        "SELECT status, reason FROM runs WHERE run_id = ?", [s.run_id]).fetchone()
     assert status == "failed" and "did not flush" in reason
