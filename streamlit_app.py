@@ -1,13 +1,13 @@
 """Entry point: `streamlit run streamlit_app.py`. One process serves the console's pages
 (console_app.py, which Streamlit runs for each browser session) and, on the same port,
 the gateway's /v1/realtime, the microphone page /mic, /healthz and /metrics
-(app/console_routes.py), all joining the console's one run host."""
+(console/routes.py), all joining the console's one run host."""
 
 from pathlib import Path
 
 import streamlit as st
 
-from app.console_routes import (announce, console_middleware, console_routes, lifespan,
+from console.routes import (announce, console_middleware, console_routes, lifespan,
                                 publish_reads)
 from gateway.door import Door
 

@@ -200,7 +200,7 @@ def show(p, censored):
 
 
 def cli_runs(wav_dir: Path, duration: float, root: Path) -> None:
-    base = [sys.executable, "-m", "app.cli", "run", "--json", "--engine", "vllm", "--model",
+    base = [sys.executable, "-m", "cli.main", "run", "--json", "--engine", "vllm", "--model",
             "audio-tiny", "--load", "wav", "--wav-dir", str(wav_dir), "--duration",
             f"{duration:g}", "--db", str(root / "cli.duckdb")]
     for name, extra in (("windowed", ["--policy", "window", "--window", "128", "--sinks", "32",

@@ -39,7 +39,9 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    from app import calibration, demo, experiments
+    from services import calibration
+    from services import demo
+    from services import experiments
     from runtime import RunConfig, execute
     from store import Store, queries
 

@@ -42,7 +42,7 @@ def _twin_overload() -> dict:
 def main() -> int:
     import duckdb
 
-    from app import calibration
+    from services import calibration
     from store import Store, calibrations
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -65,7 +65,7 @@ def main() -> int:
             seeded = Store(db)
             calibrations.save(seeded, cal.as_row())
             seeded.close()
-            done = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--json", "--db", db,
+            done = subprocess.run([sys.executable, "-m", "cli.main", "demo", "--json", "--db", db,
                                    "--duration", str(args.duration)], capture_output=True,
                                   text=True)
             if done.returncode != 0:

@@ -84,7 +84,7 @@ def start_serve(tmp: Path, db: Path, port: int, sessions: int):
     gateway benchmarks (gateway_profile.py, reader_cost.py)."""
     err = open(tmp / "serve.err", "w+")
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--engine", "twin", "--port", str(port),
+        [sys.executable, "-m", "cli.main", "serve", "--engine", "twin", "--port", str(port),
          "--db", str(db), "--duration", "3600", "--policy", "window", "--window", "128",
          "--pool-blocks", str(max(256, 16 * sessions)), "--admission", "fixed", "--sessions",
          str(sessions), "--frame-ms", str(FRAME_MS), "--json"],
@@ -108,7 +108,7 @@ def one_run(sessions: int, duration_s: float, cheap: bool, tmp: Path) -> dict:
     server, err = start_serve(tmp, server_db, port, sessions)
     cpu0 = _cpu_s()
     client = subprocess.run(
-        [sys.executable, "-m", "app.cli", "load", "--url", f"ws://127.0.0.1:{port}/v1/realtime",
+        [sys.executable, "-m", "cli.main", "load", "--url", f"ws://127.0.0.1:{port}/v1/realtime",
          "--sessions", str(sessions), "--duration", str(duration_s), "--db", str(client_db),
          "--json"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=duration_s + 300)
     cpu1 = _cpu_s()

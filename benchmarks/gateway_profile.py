@@ -95,7 +95,7 @@ def main() -> None:
         env = {**os.environ, "METRONOME_LOG": "WARNING"}
         server, _err = start_serve(tmp, db, port, args.sessions)
         client = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "load", "--url",
+            [sys.executable, "-m", "cli.main", "load", "--url",
              f"ws://127.0.0.1:{port}/v1/realtime", "--sessions", str(args.sessions),
              "--duration", str(args.seconds + 6), "--no-store", "--json"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)

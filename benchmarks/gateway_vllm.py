@@ -59,7 +59,7 @@ def main() -> None:
     env = {**os.environ, "METRONOME_LOG": "WARNING", "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
     err = open(tmp / "serve.err", "w+")
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--engine", "vllm", "--port", str(port),
+        [sys.executable, "-m", "cli.main", "serve", "--engine", "vllm", "--port", str(port),
          "--db", server_db, "--duration", str(args.duration + 120), "--policy", "window",
          "--window", "128", "--pool-blocks", "128", "--frame-ms", str(args.frame_ms),
          "--admission", "fixed", "--sessions", str(args.sessions), "--json"],
@@ -71,7 +71,7 @@ def main() -> None:
                 raise SystemExit("serve did not start:\n" + Path(err.name).read_text()[-2000:])
             time.sleep(0.5)
         load = subprocess.run(
-            [sys.executable, "-m", "app.cli", "load", "--url",
+            [sys.executable, "-m", "cli.main", "load", "--url",
              f"ws://127.0.0.1:{port}/v1/realtime", "--db", client_db, "--json", "--sessions",
              str(args.sessions), "--duration", str(args.duration), "--frame-ms",
              str(args.frame_ms)], cwd=ROOT, capture_output=True, text=True, env=env,

@@ -10,7 +10,7 @@
    `writer` hands the same synthetic rows to the store's writer one run-second per batch, as
    a live run does (its rollups written and compacted as it goes: the layout a recorded run
    leaves); `twin` records a twin run.
-2. Times `app.live_data.live_data` (every query one Live refresh makes): a viewer's first
+2. Times `services.live_data.live_data` (every query one Live refresh makes): a viewer's first
    refresh (no per-viewer cache) and its later refreshes while the run is live (settled
    buckets cached), p50/p95/max over --repeats; and, side by side on the same file, the same
    refresh over the raw rows as the page made it before rollups (`raw_refresh`, the exact
@@ -62,7 +62,7 @@ def raw_refresh(cur, row: dict) -> None:
 
 
 def _make_run(store, frames: int, source: str) -> tuple[dict, dict]:
-    from app.live_data import ensure_rollups
+    from services.live_data import ensure_rollups
     from benchmarks.synth_run import synthesise
     from runtime import RunConfig, execute
     from store import queries
@@ -133,7 +133,7 @@ def _feed_through_writer(store, frames: int) -> tuple[str, float]:
 
 def queries_over_big_run(db: str, frames: int, repeats: int, baseline_repeats: int,
                          source: str, memory_limit: str) -> dict:
-    from app import live_data as ld
+    from services import live_data as ld
     from store import open_store
 
     store = open_store(db)
@@ -173,7 +173,7 @@ def refresh_while_writing(db: str, seconds: float) -> dict:
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    from app.console import run_host
+    from console.shell import run_host
     from runtime import RunConfig
     from store import open_store, queries
 

@@ -171,7 +171,7 @@ def _scrape_text_ms(repeats: int = 200) -> dict:
 
 
 def main() -> None:
-    from app.metrics import default_exporter, serve
+    from metrics import default_exporter, serve
     from store import Store
 
     parser = argparse.ArgumentParser()

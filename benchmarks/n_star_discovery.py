@@ -79,7 +79,8 @@ def print_medians(runs: list[dict]) -> None:
 def one_run(args, seed: int) -> dict:
     """Calibrate, (with --steady-s) measure the steady N_c, then run N* discovery; print the
     figures and return them."""
-    from app import calibration, demo
+    from services import calibration
+    from services import demo
     from runtime import RunConfig
     from store import Store
 
@@ -123,7 +124,8 @@ def one_run(args, seed: int) -> dict:
 
 def n_star_run(args, cal, store, base, steady) -> dict:
     """One N* discovery run on `base`'s offer; its figures printed and returned."""
-    from app import calibration, experiments
+    from services import calibration
+    from services import experiments
     from runtime import execute
 
     (config,) = experiments.n_star(base, cal.window_tokens, cal.sink_tokens)
@@ -175,7 +177,7 @@ def steady_n_c(args, cal, store, start: int) -> tuple[int, list]:
     (a censored p95 ≤ target) with ≤ 1 % silent: the calibration's rule, on runs as long as the
     stretch N* is judged over instead of 3-second probes. From `start`, doubled until a load
     fails (a calibration that erred low must not cap it), then bisected, on one engine."""
-    from app import calibration
+    from services import calibration
     from control.window import MAX_SILENT_SHARE
     from runtime import execute, make_engine
 

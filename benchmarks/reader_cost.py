@@ -71,7 +71,7 @@ def one_run(reading: bool, args, tmp: Path) -> dict:
     reader = threading.Thread(target=_reader, args=(db, args.reader_hz, stop, seen))
     if reading:
         reader.start()
-    subprocess.run([sys.executable, "-m", "app.cli", "load", "--url",
+    subprocess.run([sys.executable, "-m", "cli.main", "load", "--url",
                     f"ws://127.0.0.1:{port}/v1/realtime", "--sessions", str(args.sessions),
                     "--duration", str(args.duration_s), "--no-store", "--json"],
                    cwd=ROOT, capture_output=True, text=True, env=env, check=True,

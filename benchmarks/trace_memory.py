@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/trace_memory.py --rows 2000000 --varying   # per-frame tokens
 
 Writes a per-frame CSV with DuckDB (no Python rows), then reads it with
-`load_gen.replay.file_trace` in a fresh process and reports that process's peak RSS
+`load_gen.trace_load.file_trace` in a fresh process and reports that process's peak RSS
 (ru_maxrss) against the RSS of the same process after importing everything but before reading.
 Measured (2 shared cores, DuckDB at 96 MB and one thread): 2M rows 216 MB, 10M rows 260 MB,
 46M rows (a 1.2 GB file) 243 MB peak RSS, of which 116 MB is the interpreter with DuckDB,
@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[3])
-from load_gen.replay import file_trace
+from load_gen.trace_load import file_trace
 import duckdb, pandas, pyarrow  # what a run imports anyway
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 t0 = time.monotonic()

@@ -100,7 +100,7 @@ def _healthy(port: int):
 
 def _load(args, url: str, protocol: str, extra: list[str], env: dict) -> dict:
     load = subprocess.run(
-        [sys.executable, "-m", "app.cli", "load", "--url", url, "--protocol", protocol,
+        [sys.executable, "-m", "cli.main", "load", "--url", url, "--protocol", protocol,
          "--sessions", str(args.sessions), "--duration", str(args.duration), "--frame-ms",
          str(args.frame_ms), "--seed", str(args.seed), "--db", args.db, "--json", *extra],
         cwd=ROOT, capture_output=True, text=True, env=env, timeout=args.duration + 180)
@@ -175,7 +175,7 @@ def vllm_run(args, env: dict, tmp: Path) -> tuple[dict, dict]:
     port = _free_port()
     log = tmp / "vllm.log"
     with open(log, "w") as out:
-        server = subprocess.Popen([sys.executable, "-m", "engine.vllm_server", "asr-tiny",
+        server = subprocess.Popen([sys.executable, "-m", "cli.vllm_server", "asr-tiny",
                                    "--port", str(port)], cwd=ROOT, stdout=out,
                                   stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                   text=True)
@@ -191,7 +191,7 @@ def gateway_run(args, env: dict, tmp: Path) -> tuple[dict, dict, dict, str]:
     log = tmp / "serve.log"
     err = open(log, "w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--engine", "vllm", "--port", str(port),
+        [sys.executable, "-m", "cli.main", "serve", "--engine", "vllm", "--port", str(port),
          "--db", server_db, "--duration", str(args.duration + 180), "--policy", "window",
          "--window", "128", "--pool-blocks", "128", "--frame-ms", str(args.frame_ms),
          "--admission", "fixed", "--sessions", str(args.sessions), "--json"],

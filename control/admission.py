@@ -4,6 +4,7 @@ guard. Admitted sessions are never evicted here (only the stall guard evicts).""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from control.limits import Limit
@@ -81,8 +82,10 @@ class Gate:
     Like vLLM's KV manager, `acquire` returns the grant (a Ticket) or None when there is no
     capacity; `last_rejection` then says why (one of REJECT_REASONS)."""
 
-    def __init__(self, limit: Limit, guard: MemoryGuard | None = None) -> None:
-        self._limit = limit
+    def __init__(self, limit_of: Callable[[], Limit], guard: MemoryGuard | None = None) -> None:
+        # The limit's owner is the run's live settings (runtime/live_settings.py): the gate
+        # reads the limit in force through `limit_of` and never holds a copy of its own.
+        self._limit_of = limit_of
         self.guard = guard
         self._held: set[int] = set()
         self.admitted = 0
@@ -91,11 +94,9 @@ class Gate:
 
     @property
     def limit(self) -> Limit:
-        return self._limit
-
-    def set_limit(self, limit: Limit) -> None:
-        """Swap the limit live; sessions already admitted stay (only the stall guard evicts)."""
-        self._limit = limit
+        """The limit in force; a swap by its owner applies from the next arrival, and the
+        sessions already admitted stay (only the stall guard evicts)."""
+        return self._limit_of()
 
     @property
     def live(self) -> int:
@@ -104,7 +105,7 @@ class Gate:
     def acquire(self, memory: MemorySignals | None = None) -> Ticket | None:
         """A ticket when admitted, else None with the reason in `last_rejection`. `memory`:
         the guard's inputs; None skips the guard."""
-        if self.live >= self._limit.limit:
+        if self.live >= self.limit.limit:
             return self._reject("over_limit")
         if self.guard is not None and memory is not None and not self.guard.admits(
                 memory.rho_now, self.live if memory.live is None else memory.live,

@@ -22,8 +22,9 @@ class Limit(Protocol):
 
     `limit` is the current cap on live sessions; `on_sample` takes one aggregated control sample
     and returns the new cap; `retarget` moves the latency target (a fraction of the budget; a
-    fixed cap has none and ignores it). A runner swaps a limit live through `Gate.set_limit` and
-    `WindowedLimit.set_limit`, never by writing attributes."""
+    fixed cap has none and ignores it). A runner swaps a limit live in its live settings
+    (runtime/live_settings.py), which the gate and the windowed limit read; never by writing
+    attributes."""
 
     kind: str
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 
 from control.limits import Limit
 from control.signals import percentile
 
 # A control sample with more silent frames than this share is a drop: the same rule that says a
-# calibration probe is served (app/calibration.py), so the cap is judged as N_c is.
+# calibration probe is served (services/calibration.py), so the cap is judged as N_c is.
 MAX_SILENT_SHARE = 0.01
 # A window holds at least this many ticks at any frame period: what 3 s holds at 80 ms, the
 # period the defaults were tuned at (at 160 ms 3 s is 19 ticks, whose p95 is within one tick
@@ -39,7 +40,7 @@ class WindowedLimit:
     the window starts again, and while live is at or over the cap the next sample waits until
     it is full."""
 
-    def __init__(self, limit: Limit, interval_s: float = 1.0, min_samples: int = 10,
+    def __init__(self, limit_of: Callable[[], Limit], interval_s: float = 1.0, min_samples: int = 10,
                  window_intervals: int = 1, max_silent_share: float = 0.0) -> None:
         if interval_s <= 0:
             raise ValueError(f"control interval {interval_s} s must be > 0")
@@ -50,7 +51,9 @@ class WindowedLimit:
                              "[1, 600]")
         if not 0 <= max_silent_share < 1:
             raise ValueError(f"silent share {max_silent_share} must be in [0, 1)")
-        self.inner = limit
+        # The limit in force, read from its owner (the run's live settings) at each sample: a
+        # swapped limit gets the window's samples so far.
+        self._limit_of = limit_of
         self.interval_s = interval_s
         self.min_samples = min_samples
         self.max_silent_share = max_silent_share
@@ -63,12 +66,12 @@ class WindowedLimit:
         self.last_p95_ms: float | None = None
 
     @property
+    def inner(self) -> Limit:
+        return self._limit_of()
+
+    @property
     def limit(self) -> int:
         return self.inner.limit
-
-    def set_limit(self, limit: Limit) -> None:
-        """Swap the inner limit live; the window's samples so far go to the new one."""
-        self.inner = limit
 
     def add(self, now: float, latency_ms: float, silent: bool) -> None:
         if self._start is None:

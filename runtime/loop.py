@@ -25,17 +25,18 @@ import threading
 import uuid
 
 from control.admission import Gate, MemoryGuard, MemoryGuardConfig
-from control.limits import Limit, make_limit
+from control.limits import make_limit
 from control.nstar import NStarTracker
 from control.placement import Placer
 from engine.contract import Engine
 from load_gen import arrival_times
 from runtime.changes import LiveChanges
 from runtime.config import RunConfig
+from runtime.live_settings import LiveSettings, LiveState
 from runtime.record import Recorder
 from runtime.remote import ORIGIN
-from runtime.replay import checked_trace
 from runtime.sessions import Sessions
+from runtime.trace_source import checked_trace
 from runtime.inputs import input_summary
 from runtime.summary import settle_store, summarise, write_run_end, write_run_start
 from runtime.telemetry import EngineFailed, Telemetry
@@ -77,9 +78,12 @@ class Runner:
         self._frame_s = config.frame_s
 
         limit = make_limit(config.admission, config.budget, config.sessions, config.target)
-        self.control = config.windowed_limit(limit)
+        # The one owner of what the run is set to now: the gate and the control sampler read
+        # the limit from it; live changes swap it (runtime/changes.py).
+        self.live = LiveState(LiveSettings.at_start(config, limit, engine.policy))
+        self.control = config.windowed_limit(self.live.limit)
         guard = MemoryGuard(MemoryGuardConfig()) if config.memory_guard else None
-        self.gate = Gate(limit, guard)
+        self.gate = Gate(self.live.limit, guard)
         # N* from the same samples the limit sees; a cap at `sessions` is the offer's ceiling.
         self.n_star = NStarTracker(ceiling=max(config.sessions, 1))
         self.inlet = inlet
@@ -96,21 +100,13 @@ class Runner:
             self.sessions.inlet = inlet
         self.telemetry = Telemetry(config, engine, self.recorder)
         self.placer = Placer(config.placement)
-        self.changes = LiveChanges(config, engine, self.recorder, self.gate, self.control,
+        self.changes = LiveChanges(config, engine, self.recorder, self.live,
                                    on_policy=self.sessions.follow_policy)
 
     # --- live settings (read by the console) --------------------------------------------------
     @property
-    def limit(self) -> Limit:
-        return self.gate.limit
-
-    @property
-    def target(self) -> float:
-        return self.changes.target
-
-    @property
-    def stall_guard(self) -> bool:
-        return self.changes.stall_guard
+    def live_settings(self) -> LiveSettings:
+        return self.live.now
 
     def apply(self, **change) -> str:
         """Change a setting live (from any thread); see LiveChanges.request."""
@@ -203,7 +199,7 @@ class Runner:
             opens_deferred=self.sessions.opens.deferred,
             ranks={**self.telemetry.summary(), "placement": cfg.placement},
             max_resident_blocks=self.sessions.max_resident_blocks(),
-            settings=self.changes.values(), changes=self.changes.history,
+            settings=self.live.now.summary_values(), changes=self.changes.history,
             store=store, inputs=input_summary(self.engine, cfg.load, self.sessions.inputs_before,
                                               self.engine.input_stats()))
         write_run_end(self.recorder, self.summary)
@@ -272,7 +268,7 @@ class Runner:
         tel = self.telemetry
         sample = tel.measure(t_rel, self.sessions.tick_counts(now))
         self.changes.apply_pending(t_rel)
-        if self.changes.stall_guard:
+        if self.live.now.stall_guard:
             # Only a stalled pool is stuck: evict on its rank (a fleet of one: anyone).
             for rank in tel.stalled_ranks():
                 if self.sessions.evict_largest(t_rel, rank if tel.ranked else None):
@@ -281,7 +277,7 @@ class Runner:
         if self.control.maybe_sample(now, live) and self.gate.limit.kind != "fixed":
             # A fixed cap is the operator's, not a controller's: it has no N*.
             self.n_star.add(t_rel, live, self.gate.limit.limit, self.control.last_p95_ms,
-                            self.changes.target * self.config.budget)
+                            self.live.now.target * self.config.budget)
         n_star = self.n_star.value
         tel.write_tick(
             k, sample, live=live, live_by_rank=self.sessions.live_by_rank(),

@@ -58,7 +58,7 @@ class Sessions:
         self.gate = gate
         self.control = control  # WindowedLimit: sees every finalised frame's latency
         self._load = load
-        self._trace = trace  # a replay load's (load_gen.replay.ReplayTrace)
+        self._trace = trace  # a replay load's (load_gen.trace_load.ReplayTrace)
         self._frame_s = config.frame_s
         self._budget_s = config.budget / 1e3
         self.live: dict[int, Session] = {}

@@ -15,15 +15,13 @@ from control.signals import fit_occupancy, predict_t_sat
 from control.window import window_intervals
 from engine.contract import Engine
 from runtime.config import RunConfig
+from runtime.live_settings import on_off
 from runtime.record import Recorder
 from store import queries
 
 logger = logging.getLogger(__name__)
 
 
-def on_off(flag: bool) -> str:
-    """How guards read in the store and the UI (booleans inside the code)."""
-    return "on" if flag else "off"
 
 
 def settings_row(run_id: str, cfg: RunConfig, engine: Engine) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.replay import with_recorded_load  # noqa: E402
+from services.replay_settings import with_recorded_load  # noqa: E402
 from runtime import RunConfig, Runner, make_engine  # noqa: E402
 from runtime.config import ScheduledChange  # noqa: E402
 from store import Store  # noqa: E402

@@ -1,6 +1,6 @@
 """What the charts read, from the rollups (store/rollups.py): O(buckets) rows per query however
 many frames the run has. A chart bucket of B seconds reads the largest rollup level that
-divides B (`level_for`), so B must be a multiple of 1 s (app/live_data.py picks such sizes).
+divides B (`level_for`), so B must be a multiple of 1 s (services/live_data.py picks such sizes).
 
 Counts are exact. Percentiles come from the latency histograms: per chart bucket, DuckDB's
 quantile_cont interpolation between the frames of ranks ⌊h⌋+1 and ⌈h⌉+1 (h = q·(n−1)), each

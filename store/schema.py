@@ -99,7 +99,7 @@ CREATE TABLE IF NOT EXISTS twin_models (
     n_steps INTEGER
 );
 -- One row per calibration: an engine + model on one machine, its fitted step cost and the
--- compute limit N_c measured with a bounded window (app/calibration.py); the newest row wins.
+-- compute limit N_c measured with a bounded window (services/calibration.py); the newest row wins.
 CREATE TABLE IF NOT EXISTS calibrations (
     calibrated_at TIMESTAMP,
     engine VARCHAR,
@@ -123,7 +123,7 @@ CREATE TABLE IF NOT EXISTS calibrations (
     seconds DOUBLE
 );
 -- Schedules are defined here, not in APScheduler: this table is the source of truth and the
--- scheduler's jobs are rebuilt from it at every start (app/scheduler.py).
+-- scheduler's jobs are rebuilt from it at every start (services/scheduler.py).
 CREATE TABLE IF NOT EXISTS schedules (
     schedule_id VARCHAR PRIMARY KEY,
     name VARCHAR,
@@ -252,7 +252,7 @@ CREATE INDEX IF NOT EXISTS rank_ticks_run ON rank_ticks (run_id);
 -- The floating-point type the model ran in and why (engine/dtype.py); NULL: simulated.
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS dtype VARCHAR;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS dtype_reason VARCHAR;
--- Calibrations per dtype, with N_c at each frame period tried (app/calibration.py).
+-- Calibrations per dtype, with N_c at each frame period tried (services/calibration.py).
 ALTER TABLE calibrations ADD COLUMN IF NOT EXISTS dtype VARCHAR;
 ALTER TABLE calibrations ADD COLUMN IF NOT EXISTS periods VARCHAR;
 -- Where a frame's session came from: the run's load kind, or "gateway" for a remote client

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from app import calibration
+from services import calibration
 from engine.twin_cost import analytic_n_star
 
 

@@ -59,7 +59,8 @@ def test_memory_guard_projects_the_fill_over_the_lifetime():
 
 
 def test_gate_grants_tickets_rejects_with_reasons_and_releases():
-    gate = Gate(FixedLimit(2), MemoryGuard(MemoryGuardConfig(max_plateau=0.5)))
+    cap = FixedLimit(2)
+    gate = Gate(lambda: cap, MemoryGuard(MemoryGuardConfig(max_plateau=0.5)))
     mem = MemorySignals(rho_now=0.0, growth_per_session_per_s=0.0, plateau_per_session=0.3,
                         lifetime_s=10.0)
     first = gate.acquire(mem)
@@ -87,9 +88,10 @@ def test_limits_share_one_protocol_and_swap_live():
     assert aimd.target_ms == 20.0
     fixed.retarget(0.25)  # no target: ignored, the cap stays
     assert fixed.limit == 3
-    gate, windowed = Gate(aimd), WindowedLimit(aimd, 1.0, min_samples=1)
-    gate.set_limit(fixed)
-    windowed.set_limit(fixed)
+    owner = [aimd]  # the run's live settings, in miniature: the one holder of the limit
+    gate, windowed = Gate(lambda: owner[0]), WindowedLimit(lambda: owner[0], 1.0, min_samples=1)
+    assert gate.limit is aimd and windowed.limit == aimd.limit
+    owner[0] = fixed  # a swap by the owner reaches both readers
     assert gate.limit is fixed and windowed.limit == 3
     with pytest.raises(ValueError, match="limit 'pid' is not one of fixed, aimd, gradient"):
         make_limit("pid", 80.0, cap=8, target_fraction=0.5)

@@ -14,7 +14,7 @@ def _recording(**kw):
     inner = AIMDLimit(AIMDConfig(initial=4, max_limit=10), budget_ms=100)
     seen = []
     inner.on_sample = lambda now, lat, inflight, dropped: seen.append((now, lat, dropped))
-    return WindowedLimit(inner, interval_s=1.0, min_samples=5, **kw), seen
+    return WindowedLimit(lambda: inner, interval_s=1.0, min_samples=5, **kw), seen
 
 
 def test_windowed_limit_feeds_one_p95_per_interval_with_a_minimum_count():
@@ -81,13 +81,13 @@ def test_window_arguments_are_validated_and_a_run_builds_its_own():
     with pytest.raises(ValueError, match="control window -1 s"):
         RunConfig(engine="twin", control_window_s=-1)
     win = RunConfig(engine="twin", control_interval_s=0.5).windowed_limit(
-        AIMDLimit(AIMDConfig(), budget_ms=80))
+        lambda: AIMDLimit(AIMDConfig(), budget_ms=80))
     assert win._closed.maxlen == 6 and win.max_silent_share == MAX_SILENT_SHARE
 
 
 def test_one_cut_per_window_then_a_whole_window_of_frames_after_it():
     limit = AIMDLimit(AIMDConfig(initial=10, max_limit=20, target_fraction=0.5), budget_ms=100)
-    win = WindowedLimit(limit, interval_s=1.0, min_samples=5, window_intervals=3)
+    win = WindowedLimit(lambda: limit, interval_s=1.0, min_samples=5, window_intervals=3)
     _interval(win, 0.0)
     assert _interval(win, 1.0, slow=100)  # over the 50 ms target: cut to ⌊0.9 · 8⌋
     assert limit.limit == 7 and win.last_p95_ms == 90.0
@@ -104,7 +104,7 @@ def test_one_cut_per_window_then_a_whole_window_of_frames_after_it():
 
 def test_while_held_sessions_that_leave_let_the_frames_since_the_cut_decide():
     limit = AIMDLimit(AIMDConfig(initial=10, max_limit=20, target_fraction=0.5), budget_ms=100)
-    win = WindowedLimit(limit, interval_s=1.0, min_samples=5, window_intervals=3)
+    win = WindowedLimit(lambda: limit, interval_s=1.0, min_samples=5, window_intervals=3)
     _interval(win, 0.0)
     _interval(win, 1.0, slow=100)
     assert limit.limit == 7
@@ -127,5 +127,5 @@ def test_a_window_holds_at_least_36_ticks_at_any_frame_period():
     assert window_intervals(3.0, 0.5, 0.16) == 12
     for frame_ms, seconds in ((80, 3.0), (160, 6.0)):
         intervals = RunConfig(engine="twin", frame_ms=frame_ms).windowed_limit(
-            AIMDLimit(AIMDConfig(), budget_ms=frame_ms))._closed.maxlen
+            lambda: AIMDLimit(AIMDConfig(), budget_ms=frame_ms))._closed.maxlen
         assert intervals == seconds  # 1 s intervals

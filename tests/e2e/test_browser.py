@@ -121,7 +121,7 @@ def test_cliff_and_slope_read_truthfully_in_a_browser(tmp_path):
     for name, policy in (("cliff", ["--policy", "unbounded"]),
                          ("slope", ["--policy", "window", "--window", "128",
                                     "--change", "3:window=64"])):
-        done = subprocess.run([sys.executable, "-m", "app.cli", "run", "--engine", "twin",
+        done = subprocess.run([sys.executable, "-m", "cli.main", "run", "--engine", "twin",
                                "--json", "--db", db, "--pool-blocks", "64", "--sessions", "12",
                                "--duration", "6", *policy], capture_output=True, text=True,
                               timeout=120, cwd=ROOT)

@@ -1,7 +1,7 @@
 """The one-click demo in a real browser (Debian Chromium through Playwright): an empty console
 offers the demo on its Live page; one click calibrates, runs the pair and lands on the
 comparison with its story. The console's demo engine is the TWIN here ($METRONOME_DEMO_ENGINE=
-twin), so CI needs no vLLM start; the vLLM demo is tests/app/test_demo_vllm.py (headless).
+twin), so CI needs no vLLM start; the vLLM demo is tests/console/test_demo_vllm.py (headless).
 Screenshots of the landing button and the finished comparison go to artifacts/e2e/."""
 
 from __future__ import annotations

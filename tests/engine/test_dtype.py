@@ -62,7 +62,7 @@ def test_this_hosts_flags_are_read():
 def test_flags_set_by_hand_replace_the_hosts(monkeypatch):
     """METRONOME_CPU_FLAGS (scripts/as_avx2.sh) makes this machine choose as an AVX2-only one,
     and says so wherever the machine is named (a calibration is keyed by that line)."""
-    from app import machine
+    from services import machine
 
     def fresh():
         dtype.host_cpu_flags.cache_clear()

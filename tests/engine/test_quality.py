@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer
 
-from app.cli import EXIT_USAGE
+from cli.main import EXIT_USAGE
 from engine.models import build_tiny
 from engine.quality import (
     QualitySettings,
@@ -151,7 +151,7 @@ def test_settings_name_the_bad_value(change, needle):
 
 
 def _metronome_quality(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", "quality", "--json", "--model", "tiny",
+    return subprocess.run([sys.executable, "-m", "cli.main", "quality", "--json", "--model", "tiny",
                            *args], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "METRONOME_LOG": "INFO"})
 

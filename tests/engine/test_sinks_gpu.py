@@ -40,7 +40,7 @@ PAIR = ["--engine", "vllm", "--pool-blocks", "64", "--sessions", "8", "--frame-m
 
 
 def _cli_run(db: Path, *args: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", "import sys; from app.cli import main; "
+    out = subprocess.run([sys.executable, "-c", "import sys; from cli.main import main; "
                           "sys.exit(main())", "run", "--db", str(db), *PAIR, *args],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

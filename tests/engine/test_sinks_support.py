@@ -78,7 +78,7 @@ def test_a_mismatched_vllm_is_refused_in_one_line(monkeypatch):
 
 
 def test_the_cli_shows_a_mismatched_vllm_as_one_line(monkeypatch, tmp_path, capsys):
-    from app.cli import main
+    from cli.main import main
     from engine.sinks import support
 
     monkeypatch.setenv(WINDOW_TOKENS_ENV, "0")  # restored after: the engine sets it

@@ -28,7 +28,7 @@ def _free_port() -> int:
 
 def _launch(args: list[str], prelude: str = "pass", timeout: float = 120):
     """The launcher in a fresh process (as an operator runs it); `prelude` runs first."""
-    code = (f"import sys; {prelude}; from engine.vllm_server import main; "
+    code = (f"import sys; {prelude}; from cli.vllm_server import main; "
             "sys.exit(main(sys.argv[1:]))")
     return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout,
@@ -39,7 +39,7 @@ def _one_line(result) -> str:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, result.stderr[-2000:]
     assert len(lines) == 1, lines
-    assert lines[0].startswith("engine.vllm_server: error: "), lines
+    assert lines[0].startswith("vllm_server: error: "), lines
     return lines[0]
 
 
@@ -118,7 +118,7 @@ async def _one_session(port: int, seconds: float) -> list[dict]:
 def test_serves_a_realtime_session_with_the_bundled_model(tmp_path):
     port = _free_port()
     log = open(tmp_path / "server.log", "w+")
-    server = subprocess.Popen([sys.executable, "-m", "engine.vllm_server", "asr-tiny",
+    server = subprocess.Popen([sys.executable, "-m", "cli.vllm_server", "asr-tiny",
                                "--port", str(port)], cwd=ROOT, stdout=log,
                               stderr=subprocess.STDOUT, start_new_session=True)
     try:

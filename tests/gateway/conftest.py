@@ -30,7 +30,7 @@ class Served:
         self.url = f"ws://127.0.0.1:{self.port}/v1/realtime"
         self.err = open(tmp_path / "serve.err", "w+")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--engine", "twin", "--port",
+            [sys.executable, "-m", "cli.main", "serve", "--engine", "twin", "--port",
              str(self.port), "--db", str(self.db), "--duration", str(duration), "--policy",
              "window", "--window", "128", "--json", *flags],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=self.err, text=True,
@@ -69,7 +69,7 @@ def serve(tmp_path):
 
 def run_load(url: str, db: Path, *flags: str, timeout: float = 90) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "load", "--url", url, "--db", str(db), "--json",
+        [sys.executable, "-m", "cli.main", "load", "--url", url, "--db", str(db), "--json",
          *flags], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "METRONOME_LOG": "WARNING"})
 

@@ -67,7 +67,7 @@ def test_serve_beyond_loopback_asks_for_the_token(tmp_path):
     env = {**os.environ, "METRONOME_LOG": "WARNING", "METRONOME_TOKEN": TOKEN}
     err = open(tmp_path / "serve.err", "w+")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--engine", "twin", "--host", REMOTE,
+        [sys.executable, "-m", "cli.main", "serve", "--engine", "twin", "--host", REMOTE,
          "--port", str(port), "--db", str(tmp_path / "s.duckdb"), "--duration", "20",
          "--policy", "window", "--window", "128", "--sessions", "4", "--json"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env=env)

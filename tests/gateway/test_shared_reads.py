@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, text=True,
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, text=True,
                           capture_output=True, timeout=timeout)
 
 

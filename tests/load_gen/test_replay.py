@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.replay import headline, run_config, with_recorded_load
+from services.replay_settings import headline, run_config, with_recorded_load
 from load_gen import LoadConfig, make_frame_source
-from load_gen.replay import ReplayFrames
+from load_gen.trace_load import ReplayFrames
 from runtime import RunConfig, execute
-from runtime.replay import checked_trace, recorded_trace, trace_for
+from runtime.trace_source import checked_trace, recorded_trace, trace_for
 from store import open_store, queries, replay_queries
 
 CLIFF = dict(engine="twin", policy="unbounded", pool_blocks=64, frame_ms=80.0, duration_s=8.0)

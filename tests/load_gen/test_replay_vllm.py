@@ -3,7 +3,7 @@ the session's pool (the policy kind is fixed per vLLM engine)."""
 
 import pytest
 
-from app.replay import with_recorded_load
+from services.replay_settings import with_recorded_load
 from runtime import RunConfig, Runner
 from store import open_store
 

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 def test_kill_mid_run_keeps_flushed_frames_and_marks_the_run_aborted(tmp_path):
     db = str(tmp_path / "crash.duckdb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "run", "--engine", "twin", "--paced", "--json",
+        [sys.executable, "-m", "cli.main", "run", "--engine", "twin", "--paced", "--json",
          "--db", db, "--sessions", "8", "--policy", "window", "--window", "128",
          "--pool-blocks", "128", "--frame-ms", "80", "--duration", "60"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -51,7 +51,7 @@ def test_kill_mid_run_keeps_flushed_frames_and_marks_the_run_aborted(tmp_path):
 
     # A new run starts cleanly on the same file.
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "run", "--engine", "twin", "--json", "--db", db,
+        [sys.executable, "-m", "cli.main", "run", "--engine", "twin", "--json", "--db", db,
          "--sessions", "4", "--duration", "2"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     check = Store(db)

@@ -15,14 +15,14 @@ import time
 import duckdb
 import pytest
 
-from app import cli
-from app.engine_host import RunHost
-from app.scheduler import SchedulerService, add_schedule
-from app.schedules import ScheduleSpec
+from cli import main as cli
+from services.run_host import RunHost
+from services.scheduler import SchedulerService, add_schedule
+from services.schedule_specs import ScheduleSpec
 from load_gen.trace_file import MAX_SESSIONS
 from runtime import RunConfig, execute
 from runtime.config import INT32_MAX, MIN_FRAME_MS
-from runtime.replay import checked_trace
+from runtime.trace_source import checked_trace
 from store import open_store
 from store import schedules as table
 
@@ -81,7 +81,7 @@ def test_the_session_cap_is_checked_before_anything_is_built(tmp_path):
 _PEAK = r"""
 import json, resource, sys
 sys.path.insert(0, sys.argv[2])
-from load_gen.replay import file_trace
+from load_gen.trace_load import file_trace
 import duckdb, pandas, pyarrow
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 trace = file_trace(sys.argv[1], 80.0)

@@ -24,7 +24,7 @@ def _cli(*args, limit_files: bool = False, timeout: float = 120):
     def small_files():
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
 
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, text=True,
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, text=True,
                           capture_output=True, timeout=timeout,
                           preexec_fn=small_files if limit_files else None)
 

@@ -13,6 +13,7 @@ from control.limits import make_limit
 from control.window import WindowedLimit
 from engine.contract import Engine, FrameHandle, KVPolicy, PoolStats
 from runtime.config import RunConfig
+from runtime.live_settings import LiveSettings, LiveState
 from runtime.record import Recorder
 
 RUN_ID = "unit-run"
@@ -176,10 +177,16 @@ def recorder(cfg: RunConfig | None = None, observers=()) -> Recorder:
     return rec
 
 
-def gate(cfg: RunConfig, memory_guard: bool = False) -> Gate:
+def live(cfg: RunConfig, policy=None) -> LiveState:
+    """The run's live settings at its start (the owner of the limit the gate reads)."""
     limit = make_limit(cfg.admission, cfg.budget, cfg.sessions, cfg.target)
-    return Gate(limit, MemoryGuard(MemoryGuardConfig()) if memory_guard else None)
+    return LiveState(LiveSettings.at_start(cfg, limit, policy or cfg.kv_policy()))
+
+
+def gate(cfg: RunConfig, memory_guard: bool = False, state: LiveState | None = None) -> Gate:
+    state = state or live(cfg)
+    return Gate(state.limit, MemoryGuard(MemoryGuardConfig()) if memory_guard else None)
 
 
 def control(g: Gate, cfg: RunConfig) -> WindowedLimit:
-    return cfg.windowed_limit(g.limit)
+    return cfg.windowed_limit(lambda: g.limit)

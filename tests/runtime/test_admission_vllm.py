@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from app.calibration import probe_base
+from services.calibration import probe_base
 from runtime import RunConfig, Runner
 from store.queries import events
 

@@ -16,7 +16,9 @@ def test_unbounded_stalls_and_window_plateaus(store):
     t = time.perf_counter()
     cliff = execute(RunConfig(policy="unbounded", **LOAD), store)
     slope = execute(RunConfig(policy="window", window=128, **LOAD), store)
-    assert time.perf_counter() - t < 5  # 2 × 10 s of load, simulated
+    # Simulated time: the 2 × 10 s of load take less wall time than they simulate. About 1 s
+    # on an idle 2-core machine, 6 s at load 10; the structural bound is real time itself.
+    assert time.perf_counter() - t < 20
     assert cliff["stalled"] and cliff["max_occupancy"] == 1.0 and cliff["silent_rate"] > 0.5
     assert 0 < cliff["stall_at_s"] < 3
     assert cliff["tsat_pred_s"] == pytest.approx(cliff["stall_at_s"], rel=0.3)

@@ -201,11 +201,13 @@ def test_forecast_is_reproducible_and_separates_the_policies():
 
     cfg = RunConfig(engine="twin", load="poisson", arrival_rate=1.0, session_s=8.0,
                     sessions=20, duration_s=20.0, pool_blocks=360)
-    unbounded, windowed = forecast_pair(cfg, window=128, seeds=30)
+    # 12 seeds: enough for both outcomes near the race point (8 of 12 collapse here; the
+    # seeds are fixed, so the count is too), a third of the suite time 30 took.
+    unbounded, windowed = forecast_pair(cfg, window=128, seeds=12)
     # Near the race point some seeds collapse and some do not; a window never does.
-    assert 0 < unbounded.collapsed < 30 and windowed.collapsed == 0
+    assert 0 < unbounded.collapsed < 12 and windowed.collapsed == 0
     assert unbounded.ci_low < unbounded.rate < unbounded.ci_high
     assert "collapses in" in unbounded.sentence() and "median stall at" in unbounded.sentence()
-    again = forecast(cfg, seeds=30)
+    again = forecast(cfg, seeds=12)
     assert (again.collapsed, again.median_stall_s) == (unbounded.collapsed,
                                                        unbounded.median_stall_s)

@@ -2,7 +2,7 @@
 change is a future the ticks poll, one at a time, never holding the tick."""
 
 import pytest
-from runtime_factories import ScriptedEngine, config, control, gate, recorder
+from runtime_factories import ScriptedEngine, config, control, gate, live, recorder
 
 from engine.contract import KVPolicy
 from runtime.changes import LiveChanges
@@ -12,10 +12,12 @@ def _changes(cfg=None, **engine_kw):
     cfg = cfg or config(policy="window", window=128, sinks=0, admission="aimd")
     engine = ScriptedEngine(policy=cfg.kv_policy(), **engine_kw)
     rec = recorder(cfg)
-    g = gate(cfg)
+    state = live(cfg, engine.policy)
+    g = gate(cfg, state=state)
     followed = []
-    changes = LiveChanges(cfg, engine, rec, g, control(g, cfg),
+    changes = LiveChanges(cfg, engine, rec, state,
                           on_policy=lambda: followed.append(engine.policy))
+    changes.control = control(g, cfg)  # read by the tests: the sampler the run would have
     return changes, engine, rec, g, followed
 
 
@@ -41,7 +43,7 @@ def test_all_or_nothing_a_good_target_is_not_queued_beside_a_bad_window():
     with pytest.raises(ValueError):
         changes.request(target=0.5, window=16)
     changes.apply_pending(0.1)
-    assert changes.target == 0.8 and rec.writer.rows["events"] == []
+    assert changes.live.now.target == 0.8 and rec.writer.rows["events"] == []
 
 
 def test_an_engine_that_cannot_change_kv_live_refuses_at_the_request():
@@ -54,9 +56,10 @@ def test_instant_changes_apply_at_the_next_tick_and_are_on_the_record():
     changes, _, rec, g, _ = _changes()
     said = changes.request(target=0.5, stall_guard=True)
     assert "applied at the next tick" in said
-    assert changes.target == 0.8  # not before the tick
+    assert changes.live.now.target == 0.8  # not before the tick
     changes.apply_pending(0.4)
-    assert changes.target == 0.5 and changes.stall_guard and g.limit.config.target_fraction == 0.5
+    now = changes.live.now
+    assert now.target == 0.5 and now.stall_guard and g.limit.config.target_fraction == 0.5
     assert [e["setting"] for e in rec.writer.events("param_change")] == ["target",
                                                                           "stall_guard"]
     assert [h["setting"] for h in changes.history] == ["target", "stall_guard"]
@@ -68,7 +71,9 @@ def test_a_limit_swap_reaches_the_gate_and_the_windowed_limit():
     changes, _, _, g, _ = _changes()
     changes.request(limit="fixed", limit_params={"limit": 3})
     changes.apply_pending(0.1)
-    assert g.limit.kind == "fixed" and g.limit.limit == 3 and changes.control.inner is g.limit
+    # One owner: the live settings hold the new limit, and the gate and the sampler read it.
+    assert changes.live.now.limit.kind == "fixed" and changes.live.now.limit.limit == 3
+    assert g.limit is changes.live.now.limit and changes.control.inner is g.limit
 
 
 def test_a_kv_change_does_not_hold_the_tick_and_lands_when_the_engine_confirms():
@@ -93,7 +98,7 @@ def test_kv_changes_go_one_at_a_time_each_building_on_the_one_ahead():
     changes.request(sinks=32)  # built on W=64 (under way), not on the engine's W=128
     changes.request(target=0.6)
     changes.apply_pending(1.08)
-    assert len(engine.changes) == 1 and changes.target == 0.6  # the target did not wait
+    assert len(engine.changes) == 1 and changes.live.now.target == 0.6  # the target did not wait
     engine.resolve(True)
     changes.apply_pending(1.16)  # the first lands, the second starts
     assert [p for p, _ in engine.changes] == [KVPolicy("window", 64, 32)]
@@ -127,4 +132,4 @@ def test_settle_waits_for_the_change_under_way():
     engine.resolve(True)  # confirmed after the last tick
     changes.settle(4.0)
     assert rec.writer.events("param_change")[0]["t"] == 4.0
-    assert changes.values()["window"] == 64
+    assert changes.live.now.summary_values()["window"] == 64
