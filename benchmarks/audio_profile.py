@@ -6,7 +6,7 @@ Each model is served in a child process (`--child`): one vLLM engine, a warm-up 
 own 4 for audio, 4 out) while py-spy samples that process and vLLM's processes under it
 (`--subprocesses --nonblocking`: the processes are never paused, so the run keeps its pace).
 Every sample is put in one category by the first marker found from the stack's leaf up (the
-list below), and printed as CPU ms per frame served, audio beside text, with the difference.
+list below), and printed as CPU ms per frame offered, audio beside text, with the difference.
 
 Categories (where each runs):
 - feature extraction (Metronome's process, vLLM's input processor): the Whisper log-mel;
@@ -147,7 +147,7 @@ def main() -> None:
     results = {m: profile(m, args.sessions, args.duration, root) for m in ("audio", "text")}
     for model, (summary, _) in results.items():
         print(f"{model}: {summary}")
-    print(f"\nCPU ms per frame served ({args.sessions} sessions, 80 ms frames, py-spy "
+    print(f"\nCPU ms per frame offered ({args.sessions} sessions, 80 ms frames, py-spy "
           f"{RATE_HZ} Hz over {sampled_s:g} s; {frames_per_s:g} frames/s offered)")
     print(f"  {'category':<36} {'audio':>7} {'text':>7} {'audio-text':>10}")
     labels = [label for label, _ in CATEGORIES] + ["other"]
