@@ -8,7 +8,8 @@ encoder window one frame: tokens in per frame are what its processor makes of a 
 `lm_only`), fed the calibration's synthetic ids at the audio model's tokens per frame, so the
 two differ only by the audio path. The audio model's synthetic load is seeded white noise.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/audio_n_c.py [--periods 80 160] [--probe-s 3]
+    PYTHONPATH=. .venv/bin/python benchmarks/audio_n_c.py [--periods 80 160] [--models text audio]
+        [--probe-s 3]
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--periods", type=float, nargs="+", default=[80.0, 160.0])
     parser.add_argument("--probe-s", type=float, default=None)
+    parser.add_argument("--models", nargs="+", choices=("text", "audio"),
+                        default=["text", "audio"])
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout: the figures
@@ -47,6 +50,8 @@ def main() -> None:
         tokens = len(audio_input(audio_path, frame_ms).frame_ids)
         # Text first, then audio, per period: a neighbour's load drifts over minutes.
         for label, path, tokens_in in (("text", text_path, tokens), ("audio", audio_path, None)):
+            if label not in args.models:
+                continue
             print(f"\n{label} at {frame_ms:g} ms: load average {load_average()}", flush=True)
             t0 = time.monotonic()
             cal = calibration.calibrate("vllm", str(path), periods_ms=(frame_ms,),
