@@ -47,7 +47,8 @@ def _one_frame_per_thread() -> None:
     unless the operator set it). torch read its default, one thread per core, when this process
     first imported it (the model's processor, before any engine started); an audio frame's
     fallback feature extraction then waits on a second thread that the engine core and the
-    worker hold: 45 ms instead of 2 ms a frame, measured on 2 loaded cores."""
+    worker hold (`benchmarks/audio_model.py --features-only` with OMP_NUM_THREADS=2 and 1 on 2
+    loaded cores: 272 ms against 4.3 ms a frame, docs/benchmarks/audio_model.md)."""
     import torch
 
     torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
