@@ -25,6 +25,7 @@ from engine import dtype as dtypes
 from engine import vllm_args
 from engine.audio_input import (AUDIO_ENCODER, audio_input, entry_point_refusal, is_audio_model,
                                 undriven_refusal)
+from engine.audio_features import install as install_frame_features
 from engine.audio_plugin import AudioWindowUnsupported, version_refusal
 from engine.config import EngineConfig, dp_ranks
 from engine.contract import (CLOSED, Engine, FrameHandle, KVPolicy, PoolStats, StepStats,
@@ -38,6 +39,18 @@ from engine.vllm_stream import StreamSession, consume
 logger = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 600.0
+
+
+def _one_frame_per_thread() -> None:
+    """torch in this process at the thread count vLLM's CPU processes get (OMP_NUM_THREADS, one
+    unless the operator set it). torch read its default, one thread per core, when this process
+    first imported it (the model's processor, before any engine started); an audio frame's
+    fallback feature extraction then waits on a second thread that the engine core and the
+    worker hold (`benchmarks/audio_model.py --features-only` with OMP_NUM_THREADS=2 and 1 on 2
+    loaded cores: 272 ms against 4.3 ms a frame, docs/benchmarks/audio_model.md)."""
+    import torch
+
+    torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
 
 
 class VLLMEngine(Engine):
@@ -102,6 +115,8 @@ class VLLMEngine(Engine):
     async def _start(self) -> None:
         if not cuda_available():
             os.environ.setdefault("OMP_NUM_THREADS", "1")
+            if self._audio is not None:
+                _one_frame_per_thread()
         # vLLM's processes start clean rather than as forks of this one: a fork inherits every
         # module this process imported (the console's, the microphone's cffi bindings), and the
         # worker's kernel rebinding walks them all at start-up.
@@ -114,6 +129,8 @@ class VLLMEngine(Engine):
             refusal = version_refusal() or entry_point_refusal()
             if refusal:
                 raise AudioWindowUnsupported(refusal)
+            # vLLM's input processor extracts each frame's features in this process.
+            install_frame_features()
         surface = contextlib.nullcontext()
         if policy.kind == "window":
             # The plugin installs nothing on another vLLM version: refused here, in one line,

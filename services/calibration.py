@@ -22,13 +22,16 @@ import json
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from control.window import MAX_SILENT_SHARE  # a probe with more silent frames is over the limit
 from engine.twin import CostModel
 from engine.twin_cost import analytic_n_star, fit_cost_model
 from runtime import RunConfig, execute, latest_cost_model, make_engine
 from services.machine import machine_key
+from services.probe_search import N_MAX
+from services.probe_search import bracket as _bracket
+from services.probe_search import next_probe as _next_probe
 from store import Store, calibrations, queries
 
 logger = logging.getLogger(__name__)
@@ -55,7 +58,6 @@ CONFIRM_LENGTH = 2
 CONFIRM_TICKS = 100  # 8 s at 80 ms frames, 16 s at 160 ms
 MAX_CONFIRMS = 3
 WARM_UP_FRAMES = 12  # a discarded run before the first probe (about 1 s at 80 ms)
-N_MAX = 128  # the calibration pool holds this many windowed sessions
 # The frame and window every probe (and the demo) uses: the defaults of a run.
 FRAME = {"frame_ms": 80.0, "tokens_in": 16, "tokens_out": 4, "block_size": 32,
          "window": 128, "sinks": 0}
@@ -169,7 +171,8 @@ def probe_base(engine: str, model: str, probe_s: float | None = None) -> RunConf
 
 def calibrate(engine: str, model: str, store=None, *, engine_factory=None, progress=None,
               probe_s: float | None = None, cost: CostModel | None = None,
-              keep_engine: bool = False) -> Calibration:
+              keep_engine: bool = False, periods_ms: tuple[float, ...] | None = None,
+              tokens_in: int | None = None) -> Calibration:
     """Measure and (with a store) keep a calibration. `progress(fraction, text)` is called
     after each probe (the console's progress bar; it may raise to abort). `engine_factory`
     (config → Engine) and `cost` (the twin's cost model) are for tests and the twin;
@@ -177,11 +180,22 @@ def calibrate(engine: str, model: str, store=None, *, engine_factory=None, progr
 
     N_c is searched at 80 ms frames first; while it is under DEMO_MIN_SESSIONS, at the next
     longer period of PERIODS_MS (fewer probes each, started from the fitted cost model), so a
-    slow machine still gets a period it serves a convincing load at."""
+    slow machine still gets a period it serves a convincing load at; `periods_ms`: each of
+    these instead, whatever N_c comes out (the last one's is the calibration's). Tokens in per
+    frame: a text model's `tokens_in` (default FRAME's); an audio-in model's are what its
+    processor makes of a frame (`frame_token_ids`), whatever is asked."""
     t0 = time.monotonic()
     if probe_s is not None and not 0 < probe_s <= 60:
         raise ValueError(f"probe length {probe_s} s must be in (0, 60]")
+    if tokens_in is not None and not 1 <= tokens_in <= 4096:
+        raise ValueError(f"tokens in per frame {tokens_in} must be in [1, 4096]")
+    if periods_ms is not None and (not periods_ms or min(periods_ms) < PERIODS_MS[0]):
+        raise ValueError(f"calibration periods {periods_ms} ms must be a non-empty list of "
+                         f"periods ≥ {PERIODS_MS[0]:g} ms")
+    ladder = periods_ms is None
+    periods_ms = PERIODS_MS if ladder else tuple(periods_ms)
     base = probe_base(engine, model, probe_s)
+    base = replace(base, frame_ms=periods_ms[0], tokens_in=tokens_in or base.tokens_in)
     if engine_factory is None and engine == "twin" and cost is None and store is not None:
         cost = latest_cost_model(store)
     if engine_factory is None:
@@ -193,14 +207,14 @@ def calibrate(engine: str, model: str, store=None, *, engine_factory=None, progr
     note = progress or (lambda fraction, text: None)
     note(0.0, f"starting the {engine} engine")
     eng = engine_factory(base)
-    search = _Search(base, eng, note, probe_s)
+    search = _Search(base, eng, note, probe_s, engine_factory)
     periods: list[tuple[float, int, int]] = []  # (frame_ms, N_c, estimate)
     try:
         search.warm_up()
-        for i, frame_ms in enumerate(PERIODS_MS):
+        for i, frame_ms in enumerate(periods_ms):
             n_c, estimate = search.n_c_at(frame_ms, MAX_PROBES if i == 0 else MAX_PROBES_LONGER)
             periods.append((frame_ms, n_c, estimate))
-            if n_c >= DEMO_MIN_SESSIONS:
+            if ladder and n_c >= DEMO_MIN_SESSIONS:
                 break
     finally:
         if not keep_engine:
@@ -214,7 +228,7 @@ def calibrate(engine: str, model: str, store=None, *, engine_factory=None, progr
         dtype=eng.dtype or "simulated",  # the Engine contract's; None for the twin
         calibrated_at=dt.datetime.now().replace(microsecond=0), n_c=n_c,
         n_c_estimate=estimate, target_ms=TARGET_FRACTION * frame_ms, frame_ms=frame_ms,
-        tokens_in=base.tokens_in, tokens_out=base.tokens_out, block_size=base.block_size,
+        tokens_in=search.base.tokens_in, tokens_out=base.tokens_out, block_size=base.block_size,
         window_tokens=base.window, sink_tokens=base.sinks, a_ms=cost_fit.a_ms,
         b_ms_per_token=cost_fit.b_ms_per_token,
         c_ms_per_resident_token=cost_fit.c_ms_per_resident_token, r2=facts["r2"],
@@ -234,28 +248,49 @@ class _Search:
     """Probes of one engine at one frame period after another; every probe's steps feed the
     cost fit that starts the next period's search."""
 
-    def __init__(self, base: RunConfig, eng, note, probe_s: float | None) -> None:
-        self.base, self.eng, self.note, self.probe_s = base, eng, note, probe_s
+    def __init__(self, base: RunConfig, eng, note, probe_s: float | None,
+                 engine_factory=None) -> None:
+        self.eng, self.note, self.probe_s = eng, note, probe_s
+        self.first_eng, self.engine_factory = eng, engine_factory
+        self.base = self._frames_of(base, eng)
         self.store = Store(":memory:")  # probe runs never appear among the operator's runs
         self.steps: list[dict] = []
         self.probes: list[tuple] = []  # (sessions, p95 or None, silent rate, ok, frame_ms)
 
+    @staticmethod
+    def _frames_of(base: RunConfig, eng) -> RunConfig:
+        ids = None if eng is None else eng.frame_token_ids  # an audio-in model's, recorded
+        return base if ids is None else replace(base, tokens_in=len(ids))
+
+    def _engine_for(self, frame_ms: float) -> None:
+        """An audio-in engine's encoder window is one frame of the period it started at:
+        another period gets an engine of its own (the first one is the caller's)."""
+        if self.eng is None or self.eng.frame_token_ids is None or \
+                frame_ms == self.base.frame_ms:
+            return
+        if self.eng is not self.first_eng:
+            self.eng.shutdown()
+        self.note(min(0.99, len(self.probes) / (MAX_PROBES + 2 * MAX_PROBES_LONGER)),
+                  f"starting an engine for {frame_ms:g} ms frames (its encoder window)")
+        self.base = replace(self.base, frame_ms=frame_ms)
+        self.eng = self.engine_factory(self.base)
+        self.base = self._frames_of(self.base, self.eng)
+        self.warm_up()
+
     def close(self) -> None:
+        if self.eng is not self.first_eng:
+            self.eng.shutdown()
         self.store.close()
 
     def warm_up(self) -> None:
         """A discarded run first: a fresh vLLM engine's first requests are slow (seen: 2
         sessions at 80 ms censored right after the start, 1 session at 40 ms a probe later)."""
-        from dataclasses import replace
-
         execute(replace(self.base, sessions=FIRST_PROBE_SESSIONS,
                         duration_s=WARM_UP_FRAMES * self.base.frame_s),
                 self.store, self.eng)
 
     def _probe(self, frame_ms: float, n: int, found: dict, max_probes: int,
                confirm: bool = False) -> bool:
-        from dataclasses import replace
-
         # Long enough for ~35 frames a session at 80 ms, and at least 24 at longer periods.
         duration = self.probe_s or max(self.base.duration_s, 24 * frame_ms / 1e3)
         if confirm:
@@ -282,6 +317,7 @@ class _Search:
 
     def n_c_at(self, frame_ms: float, max_probes: int) -> tuple[int, int]:
         """(N_c, the cost model's estimate) at this frame period."""
+        self._engine_for(frame_ms)
         found: dict[int, tuple] = {}
         target_ms = TARGET_FRACTION * frame_ms
         resident = self.base.window + self.base.sinks
@@ -304,26 +340,3 @@ class _Search:
         logger.warning("calibration at %g ms: no load held its confirm; N_c %d, unconfirmed",
                        frame_ms, lo)
         return lo, estimate
-
-
-def _bracket(probes: dict[int, tuple]) -> tuple[int, int | None]:
-    """(largest load within target, smallest load over it above that; None: none yet)."""
-    lo = max((n for n, p in probes.items() if p[3]), default=0)
-    hi = min((n for n, p in probes.items() if not p[3] and n > lo), default=None)
-    return lo, hi
-
-
-def _next_probe(lo: int, hi: int | None, estimate: int, probes: dict) -> int | None:
-    """Up from the best load within target (to the estimate first, then ×1.5) until one is
-    over; then bisect until the bracket is within 10 % of lo. None: done."""
-    if hi is None:
-        if lo >= N_MAX:
-            return None
-        n = estimate if estimate > lo else math.ceil(lo * 1.5)
-        n = min(N_MAX, max(lo + 1, n))
-    else:
-        if hi - lo <= max(1, round(0.1 * lo)):
-            return None
-        n = (lo + hi) // 2 if lo else max(1, min(estimate, hi - 1) if estimate < hi
-                                          else hi // 2)
-    return None if n in probes else n

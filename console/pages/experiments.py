@@ -23,7 +23,11 @@ from store import StoreError, queries
 
 REFRESH_S = 1.0
 FORECAST_SEEDS = int(os.environ.get("METRONOME_FORECAST_SEEDS", "200"))  # tests use fewer
-MODEL = "tiny"
+# The models an experiment runs: the text stand-in, and on vLLM the audio-in model (its frames
+# through its processor and encoder). The console's one-click demo stays on tiny: on a 2-core
+# CPU audio-tiny's N_c is lower (docs/benchmarks/audio_model.md).
+MODELS = {"tiny": "tiny (text; audio as stand-in ids)",
+          "audio-tiny": "audio-tiny (audio through its encoder)"}
 d = experiments.DEFAULTS
 
 
@@ -54,10 +58,13 @@ if "exp_engine" not in st.session_state:
     st.session_state["exp_engine"] = latest[0] if latest and latest[0] in ENGINES \
         else d["engine"]
 engine = st.selectbox("Engine", ENGINES, format_func=views.engine_label, key="exp_engine")
-cal = calibration.stored(store().cursor(), engine, MODEL)
+# The twin simulates token costs only: the audio path needs the real engine.
+model = st.selectbox("Model", list(MODELS) if engine == "vllm" else ["tiny"],
+                     format_func=MODELS.get, key="exp_model")
+cal = calibration.stored(store().cursor(), engine, model)
 a, b, c = st.columns([3, 1, 1])
 if cal is None:
-    a.caption(f"{engine}/{MODEL} is not calibrated on this machine: the settings below are "
+    a.caption(f"{engine}/{model} is not calibrated on this machine: the settings below are "
               f"generic and may show no cliff here.")
 else:
     try:
@@ -71,7 +78,7 @@ else:
              args=(cal,), disabled=cal.n_c < 1)
 if c.button("Recalibrate" if cal else "Calibrate", key="exp_calibrate", disabled=busy):
     try:
-        host.start_prepared(demo.recalibration(engine, MODEL), 0, store().path,
+        host.start_prepared(demo.recalibration(engine, model), 0, store().path,
                             kind="calibration")
     except (ValueError, StoreError) as exc:
         st.error(one_line(exc))
@@ -115,7 +122,7 @@ wait = e.number_input("Gateway wait (× budget, 0: none)", step=0.1, key="exp_wa
 
 def base_config() -> RunConfig:
     poisson = load == "poisson" or kind == "N* discovery"
-    return RunConfig(engine=engine, model=MODEL, load="poisson" if poisson else "fixed",
+    return RunConfig(engine=engine, model=model, load="poisson" if poisson else "fixed",
                      sessions=int(sessions), arrival_rate=float(rate) if poisson else None,
                      session_s=float(session_s) if poisson else None,
                      duration_s=float(duration), pool_blocks=int(pool), seed=int(seed),
@@ -163,7 +170,7 @@ def results() -> None:
     if state.status != "preparing":
         # A calibration stored since the form was drawn (the one-click demo's, which may end
         # before this fragment first sees it preparing) fills the form: draw the page again.
-        now = calibration.stored(store().cursor(), engine, MODEL)
+        now = calibration.stored(store().cursor(), engine, model)
         if now is not None and (engine, str(now.calibrated_at)) != stamp:
             st.rerun(scope="app")
     if series is not None and series.kind == "calibration":

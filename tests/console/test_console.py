@@ -223,6 +223,11 @@ def test_experiments_start_on_the_latest_runs_engine(db):
     at = page("experiments")
     assert at.selectbox(key="exp_engine").value == "vllm"
     assert any("vllm/tiny is not calibrated" in c.value for c in at.caption)
+    # On vLLM the audio-in model is offered too, with its own calibration (the twin has none).
+    assert at.selectbox(key="exp_model").options == [
+        "tiny (text; audio as stand-in ids)", "audio-tiny (audio through its encoder)"]
+    at.selectbox(key="exp_model").set_value("audio-tiny").run()
+    assert any("vllm/audio-tiny is not calibrated" in c.value for c in at.caption)
 
 
 def test_collapse_table_counts_stalled_runs_per_policy(db):

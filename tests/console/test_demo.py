@@ -61,6 +61,36 @@ def test_derived_settings_move_with_the_machine_and_both_show_a_cliff_and_a_slop
         _assert_cliff_and_slope(*_run_pair(settings, cost, store), store)
 
 
+class _AudioInTwin(TwinEngine):
+    """The twin standing in for an audio-in engine: its frame ids are fixed at start, one
+    audio token per 40 ms between two markers, as a processor's are (4 at 80 ms, 6 at 160)."""
+
+    def __init__(self, config):
+        super().__init__(config.engine_config(), SLOW)
+        self.frame_token_ids = (1,) + (2,) * round(config.frame_ms / 40) + (3,)
+
+
+def test_an_audio_in_model_is_calibrated_at_its_own_frames_with_an_engine_per_period():
+    started = []
+
+    def factory(config):
+        started.append((config.frame_ms, config.tokens_in))
+        return _AudioInTwin(config)
+
+    cal = calibration.calibrate("twin", "audio-tiny", None, engine_factory=factory,
+                                periods_ms=(80.0, 160.0), tokens_in=16)
+    # A new engine for 160 ms (its encoder window is one frame), and each period probed at
+    # what the processor makes of its frame, not the 16 asked for.
+    assert [f for f, _ in started] == [80.0, 160.0]
+    assert cal.tokens_in == 6 and [f for f, _ in cal.periods] == [80.0, 160.0]
+    assert {p[4] for p in cal.probes} == {80.0, 160.0}
+    text = calibration.calibrate("twin", "tiny", None, cost=SLOW, periods_ms=(160.0,),
+                                 tokens_in=6)
+    assert text.tokens_in == 6 and [f for f, _ in text.periods] == [160.0]
+    with pytest.raises(ValueError, match="periods"):
+        calibration.calibrate("twin", "tiny", None, cost=SLOW, periods_ms=(20.0,))
+
+
 def test_the_load_moves_n_c_not_the_other_way_round():
     """N_c is measured: a probe within target is never reported over the limit."""
     cal = calibration.calibrate("twin", "tiny", None, cost=SLOW)

@@ -98,3 +98,45 @@ def test_a_synthetic_load_on_an_audio_model_feeds_seeded_noise_and_says_so():
     assert "stand-in token ids" in input_feed("wav", False)
     assert input_feed("fixed", False) == "seeded random token ids"
 
+
+
+def test_the_frame_log_mel_is_the_whisper_extractors_own(model, monkeypatch):
+    """The frame path (engine/audio_features.py) gives what the model's extractor gives, through
+    the model's processor as vLLM calls it; a call it does not cover goes to the original."""
+    from transformers import AutoProcessor, WhisperFeatureExtractor
+
+    from engine import audio_features
+
+    original = getattr(WhisperFeatureExtractor.__call__, "__wrapped__",
+                       WhisperFeatureExtractor.__call__)
+    audio_features.install()
+    taken = []
+    real = audio_features.frame_log_mel
+    monkeypatch.setattr(audio_features, "frame_log_mel",
+                        lambda frames, *a: taken.append(len(frames)) or real(frames, *a))
+    processor = AutoProcessor.from_pretrained(str(model))
+    fe = processor.feature_extractor
+    rng = np.random.default_rng(3)
+    t = np.arange(1280) / 16_000
+    frames = [(rng.standard_normal(1280) * 0.1).astype(np.float32),
+              (0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32),
+              np.zeros(1280, np.float32), (rng.standard_normal(1280) * 1e-4).astype(np.float64)]
+    kwargs = {"sampling_rate": 16_000, "padding": "max_length", "max_length": 1280,
+              "return_attention_mask": True}
+    for tensors in (None, "pt"):
+        ours, ref = fe(frames, return_tensors=tensors, **kwargs), \
+            original(fe, frames, return_tensors=tensors, **kwargs)
+        assert sorted(ours) == sorted(ref)
+        for key in ref:
+            a, b = np.asarray(ours[key]), np.asarray(ref[key])
+            assert (a.shape, a.dtype) == (b.shape, b.dtype), key
+            np.testing.assert_allclose(a, b, atol=2e-5, err_msg=key)
+    assert taken == [4, 4]
+    text = "<|audio_bos|><|AUDIO|><|audio_eos|>" * 2
+    out = processor(text=text, audio=frames[:2], sampling_rate=16_000, max_length=1280,
+                    return_tensors="pt")
+    assert taken[-1] == 2  # the processor's call took the frame path
+    np.testing.assert_allclose(out["input_features"].numpy(),
+                               original(fe, frames[:2], **kwargs)["input_features"], atol=2e-5)
+    stock = fe(frames[0], sampling_rate=16_000, return_attention_mask=True)  # 30 s padding
+    assert stock["input_features"].shape == (1, 128, 3000) and len(taken) == 3

@@ -98,6 +98,35 @@ def test_windowed_audio_sessions_keep_the_block_bound(wav_run):
     assert s.frames >= 3 * 70
 
 
+def test_the_twin_fits_from_an_audio_run(wav_run):
+    """`metronome fit` on an audio run: its steps count each frame's tokens as the processor
+    made them (whole frames of 4, encoder time inside the step), and the twin the fit gives
+    serves the run's load at those tokens."""
+    from dataclasses import replace
+
+    from engine.twin import TwinEngine
+    from engine.twin_cost import fit_cost_model
+    from store import Store
+    from store.queries import steps
+
+    s, st = wav_run
+    rows = steps(st.cursor(), s["run_id"])
+    prompts = [r["prompt_tokens"] for r in rows if r["prompt_tokens"]]
+    assert prompts and all(p % s["tokens_in_per_frame"] == 0 for p in prompts), prompts[:20]
+    cost, facts = fit_cost_model(rows, source=s["run_id"])
+    assert facts["n_steps"] >= 20 and cost.source == s["run_id"]
+    cfg = replace(RunConfig(load="fixed", sessions=3, duration_s=6.0, tokens_out=4,
+                            **{**WINDOWED, "engine": "twin"}),
+                  tokens_in=s["tokens_in_per_frame"])
+    twin_store = Store(":memory:")
+    try:
+        twin = Runner(cfg, TwinEngine(cfg.engine_config(), cost), twin_store).run()
+    finally:
+        twin_store.close()
+    assert twin["status"] == "finished" and twin["twin_cost_source"] == s["run_id"]
+    assert twin["frames"] >= 3 * 70
+
+
 def test_a_live_w_change_and_a_rollover_on_audio(windowed, speech, store):  # noqa: F811
     cfg = RunConfig(load="wav", wav_dir=str(speech["dir"]), sessions=2, duration_s=6.0,
                     tokens_out=8, changes=(ScheduledChange.parse("2:window=64"),), **WINDOWED)

@@ -26,7 +26,8 @@ def free_port() -> int:
 
 
 class Served:
-    def __init__(self, tmp_path: Path, *flags: str, duration: float) -> None:
+    def __init__(self, tmp_path: Path, *flags: str, duration: float,
+                 startup_s: float = 60) -> None:
         self.port = free_port()
         self.db = tmp_path / "server.duckdb"
         self.url = f"ws://127.0.0.1:{self.port}/v1/realtime"
@@ -37,7 +38,7 @@ class Served:
              "window", "--window", "128", "--json", *flags],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=self.err, text=True,
             env={**os.environ, "METRONOME_LOG": "WARNING"})
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + startup_s  # a vLLM engine starts first (flags' --engine)
         while "listening" not in Path(self.err.name).read_text():
             assert self.proc.poll() is None, Path(self.err.name).read_text()[-2000:]
             assert time.monotonic() < deadline, "serve did not start"
@@ -60,8 +61,8 @@ class Served:
 def serve(tmp_path):
     started = []
 
-    def start(*flags: str, duration: float) -> Served:
-        served = Served(tmp_path, *flags, duration=duration)
+    def start(*flags: str, duration: float, startup_s: float = 60) -> Served:
+        served = Served(tmp_path, *flags, duration=duration, startup_s=startup_s)
         started.append(served)
         return served
 
