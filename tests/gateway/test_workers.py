@@ -22,10 +22,10 @@ def test_two_workers_share_one_gate_and_the_records_agree(serve, tmp_path):
     server.proc.send_signal(signal.SIGTERM)
     summary = server.summary()
     assert client["admitted"] == 6 and client["rejected"] == 2
-    assert summary["admitted"] == 6 and summary["rejected"] == 2
+    assert summary.admitted == 6 and summary.rejected == 2
 
     mine = frames(tmp_path / "client.duckdb", client["run_id"])
-    theirs = frames(server.db, summary["run_id"])
+    theirs = frames(server.db, summary.run_id)
     ids = {d["session_id"]: d["server_session"]
            for kind, d in events(tmp_path / "client.duckdb", client["run_id"]) if kind == "open"}
     mine["server_session"] = mine.session_id.map(ids)
