@@ -43,22 +43,22 @@ def test_the_mic_pages_frames_reach_the_audio_models_encoder(serve, tmp_path):
         browser.close()
 
     s = server.summary()
-    assert s["status"] == "finished" and s["admitted"] == 1
-    assert s["input_path"] == "audio encoder"
-    assert s["input"] == "gateway audio through the model's audio encoder"
-    rows = frames(server.db, s["run_id"])
+    assert s.status == "finished" and s.admitted == 1
+    assert s.input_path == "audio encoder"
+    assert s.input == "gateway audio through the model's audio encoder"
+    rows = frames(server.db, s.run_id)
     assert set(rows.origin) == {"gateway"} and len(rows) >= FRAMES
     # Every frame handed over was encoded once, as one frame of mel: 2 audio tokens.
     # (A frame handed over as the run ended may be dropped before its encode.)
-    assert s["frames_submitted"] >= FRAMES - 2
-    assert s["frames_submitted"] - 2 <= s["encoder_frames"] <= s["frames_submitted"]
-    assert s["audio_tokens_per_frame"] == 2.0
+    assert s.audio.frames_submitted >= FRAMES - 2
+    assert s.audio.frames_submitted - 2 <= s.audio.encoder_frames <= s.audio.frames_submitted
+    assert s.audio.audio_tokens_per_frame == 2.0
     # The LM took what the processor made of each frame (bos, 2 audio, eos): whole frames of 4.
     with duckdb.connect(str(server.db), read_only=True) as con:
         prefill = [p for (p,) in con.execute(
             "SELECT prompt_tokens FROM steps WHERE run_id = ? AND prompt_tokens > 0",
-            [s["run_id"]]).fetchall()]
-    assert s["tokens_in_per_frame"] == 4
+            [s.run_id]).fetchall()]
+    assert s.audio.tokens_in_per_frame == 4
     assert prefill and all(p % 4 == 0 for p in prefill), prefill[:20]
     # (A frame handed over as the run ended may never be scheduled.)
-    assert 4 * (s["frames_submitted"] - 2) <= sum(prefill) <= 4 * s["frames_submitted"]
+    assert 4 * (s.audio.frames_submitted - 2) <= sum(prefill) <= 4 * s.audio.frames_submitted

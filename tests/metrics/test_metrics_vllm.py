@@ -29,7 +29,10 @@ def _dashboard_vllm_names() -> set[str]:
 
 
 def test_a_vllm_run_scrape_has_vllm_series_next_to_ours(store, vllm_engines):
-    config = RunConfig(engine="vllm", policy="window", window=128, pool_blocks=64, sessions=4,
+    # A pool no other module asks for: an engine of its own, started here. vLLM's Prometheus
+    # series belong to the engine a process started last (each new stat logger takes the
+    # names over), so a kept engine started earlier would scrape as an idle pool.
+    config = RunConfig(engine="vllm", policy="window", window=128, pool_blocks=72, sessions=4,
                        frame_ms=160.0, duration_s=4.0)
     port = serve(0)
     engine = vllm_engines.get(config)  # vLLM registered its series when it started
