@@ -62,7 +62,9 @@ _AUDIO_KEYS = tuple(f.name for f in fields(AudioInput))
 
 @dataclass(frozen=True)
 class RunSummary:
-    """The run's summary; field names are the JSON keys (units in the names)."""
+    """The run's summary; field names are the JSON keys (units in the names). A field a
+    stored summary may predate (counted from a later version on) defaults to None, "not
+    counted", never to a 0 that would read as measured; a new run sets every field."""
 
     run_id: str
     status: str  # finished, aborted, failed
@@ -87,18 +89,18 @@ class RunSummary:
     admitted: int = 0
     rejected: int = 0
     evicted: int = 0
-    rollovers: int = 0
+    rollovers: int | None = None
     # Admitted sessions whose start waited for a tick with room in the open budget.
     open_budget: int | None = None
-    opens_deferred: int = 0
+    opens_deferred: int | None = None
     # Each control sample judged this many seconds of frames (control/window.py).
     control_window_s: float | None = None
     frames: int = 0
     silent_frames: int = 0
     # Censored: no answer when finalised, latency unknown (≥ budget); a percentile whose rank
     # falls among them is null with its *_censored flag set: "> budget".
-    censored_frames: int = 0
-    late_frames: int = 0
+    censored_frames: int | None = None
+    late_frames: int | None = None
     # Why frames went silent (they add up to silent_frames); None: a run from before the causes
     # were counted.
     silent_memory_frames: int | None = None
@@ -106,7 +108,7 @@ class RunSummary:
     silent_guard_frames: int | None = None
     silent_other_frames: int | None = None
     # Memory-caused silence with no total stall: some sessions starved while others ran.
-    partial_stall: bool = False
+    partial_stall: bool | None = None
     silence: str | None = None  # stall, partial stall, compute, guard, other, none
     silent_rate: float | None = None
     on_time_rate: float | None = None
@@ -131,8 +133,8 @@ class RunSummary:
     n_star_at_s: float | None = None
     n_star_for_s: float | None = None
     twin_cost_source: str | None = None
-    tick_overruns: int = 0
-    max_overrun_ms: float = 0.0
+    tick_overruns: int | None = None
+    max_overrun_ms: float | None = None
     target: float | None = None
     admission: str | None = None
     stall_guard: bool = False

@@ -56,6 +56,9 @@ def test_an_older_row_reads_with_defaults_and_unknown_keys_are_ignored():
     assert (s.frames, s.silent_rate, s.p95_ms) == (100, 0.05, 42.0)
     # Counted later: a missing key is its field's default (None: not counted then).
     assert s.silent_memory_frames is None and None in s.silent_by_cause.values()
-    assert s.n_star is None and s.late_frames == 0 and s.ranks == () and s.audio is None
+    # A count the row predates is unknown, not 0: late, censored and overrun counts alike.
+    assert s.n_star is None and s.late_frames is None and s.censored_frames is None
+    assert s.tick_overruns is None and s.partial_stall is None
+    assert s.ranks == () and s.audio is None
     assert not s.ranked and s.changes[0]["change"] == "W 64 → 32"
     assert "a_key_from_the_future" not in s.to_json()
