@@ -48,9 +48,13 @@ def test_the_mic_pages_frames_reach_the_audio_models_encoder(serve, tmp_path):
     assert s.input == "gateway audio through the model's audio encoder"
     rows = frames(server.db, s.run_id)
     assert set(rows.origin) == {"gateway"} and len(rows) >= FRAMES
-    # Every frame handed over was encoded once, as one frame of mel: 2 audio tokens.
-    # (A frame handed over as the run ended may be dropped before its encode.)
-    assert s.audio.frames_submitted >= FRAMES - 2
+    # Every frame not skipped (a frame whose previous one is still in flight is skipped, which
+    # a loaded CI machine does) was handed over, and encoded once, as one frame of mel: 2 audio
+    # tokens. (A frame handed over as the run ended may be dropped before its encode.)
+    handed = int((~rows.skipped.astype(bool)).sum())
+    assert handed >= FRAMES // 2, rows.skipped.tolist()
+    assert handed - 2 <= s.audio.frames_submitted
+    assert s.rollovers or s.audio.frames_submitted <= handed  # a rollover re-sends audio
     assert s.audio.frames_submitted - 2 <= s.audio.encoder_frames <= s.audio.frames_submitted
     assert s.audio.audio_tokens_per_frame == 2.0
     # The LM took what the processor made of each frame (bos, 2 audio, eos): whole frames of 4.

@@ -37,6 +37,8 @@ async def _errors_until_closed(ws, timeout=5.0) -> list[str]:
                     codes.append(event["error"]["code"])
     except websockets.exceptions.ConnectionClosed:
         pass
+    except TimeoutError:  # still open: the caller's assertion on the close code says so
+        codes.append("still open")
     return codes
 
 
@@ -73,8 +75,11 @@ async def _too_large(url):
 
 async def _flood(url):
     ws, _ = await _open(url)
+    # Send until the server closes: the limit counts messages per second as the server
+    # receives them, and on 2 loaded cores this loop (sharing its event loop with six other
+    # faulty clients, one writing 50 MB) may take longer than a second for 250 messages.
     try:
-        for _ in range(250):  # more than 200 messages in one second
+        for _ in range(20_000):
             await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
     except websockets.exceptions.ConnectionClosed:
         pass
