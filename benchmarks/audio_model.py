@@ -318,9 +318,9 @@ def main() -> None:
                 ratio = statistics.mean(p50["audio"]) / statistics.mean(p50["text"])
                 print(f"           audio/text mean p50: {ratio:.2f}x")
             a = results["audio"][0]
-            print(f"           audio: {a['input']}; encoder frames per frame "
-                  f"{a['encoder_frames_per_frame']}, audio tokens per frame "
-                  f"{a['audio_tokens_per_frame']}; text: {results['text'][0]['input']}; "
+            print(f"           audio: {a.input}; encoder frames per frame "
+                  f"{a.audio.encoder_frames_per_frame}, audio tokens per frame "
+                  f"{a.audio.audio_tokens_per_frame}; text: {results['text'][0].input}; "
                   f"load average {load_average()}")
     finally:
         for engine in engines.values():

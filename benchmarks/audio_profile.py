@@ -98,8 +98,10 @@ def child(model: str, sessions: int, duration: float, marker: Path) -> None:
     finally:
         engine.shutdown()
         store.close()
-    keys = ("frames", "p50_ms", "p95_ms", "silent_rate", "input", "encoder_ms_per_frame")
-    print("SUMMARY " + json.dumps({k: s.get(k) for k in keys}), flush=True)
+    keys = ("frames", "p50_ms", "p95_ms", "silent_rate", "input")
+    figures = {k: getattr(s, k) for k in keys}
+    figures["encoder_ms_per_frame"] = s.audio.encoder_ms_per_frame if s.audio else None
+    print("SUMMARY " + json.dumps(figures), flush=True)
 
 
 def profile(model: str, sessions: int, duration: float, root: Path) -> tuple[dict, dict]:

@@ -77,7 +77,7 @@ def main() -> int:
     print(f"vLLM silent rate per run: min {min(s.silent_rate for s in runs):.1%}, median "
           f"{statistics.median(s.silent_rate for s in runs):.1%}, "
           f"max {max(s.silent_rate for s in runs):.1%}")
-    agree = sum(a["stalled"] == b["stalled"] for a, b in zip(runs, again))
+    agree = sum(a.stalled == b.stalled for a, b in zip(runs, again))
     print(f"vLLM repeatability: {agree}/{len(again)} seeds gave the same outcome twice")
 
     model, facts = fit_cost_model(steps, source="benchmark")

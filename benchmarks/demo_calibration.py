@@ -85,7 +85,7 @@ def main() -> None:
         return
     probes = "\n".join(f"| {n} | {'> budget' if p95 is None else f'{p95:.1f}'} | "
                        f"{silent:.1%} | {'yes' if ok else 'no'} |"
-                       for n, p95, silent, ok in cal.probes)
+                       for n, p95, silent, ok, _frame_ms in cal.probes)
     body = f"""
 Command: `.venv/bin/python benchmarks/demo_calibration.py --engine {args.engine} --nstar-duration {args.nstar_duration:g} --session-s {args.session_s:g}`
 Machine: {machine()}; {args.engine}, {args.model} model, 80 ms frames of 16 tokens in / 4 out,
