@@ -10,6 +10,8 @@
              DataFrames, no DuckDB while the run runs (run rows still go through)
     notick   the tick does nothing (no telemetry, control sample, tick row)
     bare     nostore and notick: what is left is the run thread's frame path itself
+    db1      full, with the database's DuckDB on one thread (`SET threads = 1` for the run):
+             whether DuckDB's own worker threads, not its work, cost the engine's processes
 
 Frame latency is submission to the last token (`frames.latency_ms`); a frame with no answer
 by its finalisation, or never submitted, is +inf. Latencies are taken from an observer of the
@@ -22,7 +24,7 @@ import asyncio
 import math
 import time
 
-MODES = ("full", "nostore", "notick", "bare")
+MODES = ("full", "nostore", "notick", "bare", "db1")
 _BULK = frozenset({"frames", "ticks", "events", "steps", "rank_ticks"})
 
 
@@ -149,8 +151,14 @@ def metronome_frames(engine, config, store, mode: str = "full"):
             def _on_tick(self, k: int, t_rel: float) -> None:
                 pass
         cls = _NoTick
-    view = store if mode in ("full", "notick") else _StoreView(store, _DroppingWriter(
+    view = store if mode in ("full", "notick", "db1") else _StoreView(store, _DroppingWriter(
         store.writer))
     latencies = _Latencies()
-    summary = cls(config, engine, view, observers=[latencies]).run()
+    if mode == "db1":
+        store.cursor().execute("SET threads = 1")  # the database instance's, every cursor's
+    try:
+        summary = cls(config, engine, view, observers=[latencies]).run()
+    finally:
+        if mode == "db1":
+            store.cursor().execute("RESET threads")
     return latencies.ms, summary, latencies.skipped / max(1, len(latencies.ms))

@@ -1,7 +1,7 @@
 """What the gateway adds to a frame, and how many sessions one gateway process holds.
 
     .venv/bin/python benchmarks/gateway_overhead.py [--sessions 1 8 32] [--runs 3]
-        [--duration-s 10] [--ramp 32 64 128 256 512] [--bisect 2] [--workers 0]
+        [--duration-s 10] [--ramp 32 64 128 256 512] [--bisect 2] [--workers 0] [--spread]
 
 Every run is `metronome serve` (twin, paced, window W=128, 80 ms frames, fixed admission at
 the run's session count, a fresh DuckDB file) in one process and `metronome load` (synthetic
@@ -26,8 +26,11 @@ the client is done (serve then ends its run and writes its summary).
    that is not clean (halving down when even the first is not), then bisects between it and
    the last clean one.
 `--workers K`: serve with K gateway worker processes in front of the run (gateway/link.py);
-0, one process. Each run's line has the 1-minute load average at its start and end (the
-machine is shared). Prints one JSON line per run, then the summary (medians over runs) as one JSON object.
+0, one process. `--spread`: the client's sessions start evenly over one frame period, so
+their frames complete at different phases (by default all start together and every session's
+frame completes in the same millisecond: the worst case for a serial path). Each run's line
+has the 1-minute load average at its start and end (the machine is shared). Prints one JSON
+line per run, then the summary (medians over runs) as one JSON object.
 """
 
 from __future__ import annotations
@@ -101,8 +104,11 @@ def start_serve(tmp: Path, db: Path, port: int, sessions: int, workers: int = 0)
     return server, err
 
 
-def one_run(sessions: int, duration_s: float, cheap: bool, tmp: Path, workers: int = 0) -> dict:
-    """serve + load at `sessions`; both records joined frame by frame."""
+def one_run(sessions: int, duration_s: float, cheap: bool, tmp: Path, workers: int = 0,
+            spread: bool = False) -> dict:
+    """serve + load at `sessions`; both records joined frame by frame. `spread`: the client's
+    sessions start evenly over one frame period (their frames complete at different phases)
+    instead of all at once (every session's frame completes in the same millisecond)."""
     tmp.mkdir(parents=True)
     server_db, client_db, port = tmp / "server.duckdb", tmp / "client.duckdb", _free_port()
     if cheap:
@@ -114,7 +120,9 @@ def one_run(sessions: int, duration_s: float, cheap: bool, tmp: Path, workers: i
     client = subprocess.run(
         [sys.executable, "-m", "cli.main", "load", "--url", f"ws://127.0.0.1:{port}/v1/realtime",
          "--sessions", str(sessions), "--duration", str(duration_s), "--db", str(client_db),
-         "--json"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=duration_s + 300)
+         "--json", *(["--load", "ramp", "--arrival-rate", f"{sessions / (FRAME_MS / 1e3):g}"]
+                     if spread and sessions > 1 else [])],
+        cwd=ROOT, capture_output=True, text=True, env=env, timeout=duration_s + 300)
     cpu1 = _cpu_s()
     server.send_signal(signal.SIGTERM)  # serve ends its run and prints its summary
     out, _ = server.communicate(timeout=120)
@@ -123,7 +131,7 @@ def one_run(sessions: int, duration_s: float, cheap: bool, tmp: Path, workers: i
     if client.returncode or server.returncode:
         raise RuntimeError(f"load rc {client.returncode}: {client.stderr[-1500:]}\nserve rc "
                            f"{server.returncode}: {(tmp / 'serve.err').read_text()[-1500:]}")
-    return {"sessions": sessions, "cheap_twin": cheap, "workers": workers,
+    return {"sessions": sessions, "cheap_twin": cheap, "workers": workers, "spread": spread,
             "load_1m_start": round(load0, 2), "load_1m_end": round(os.getloadavg()[0], 2),
             **_joined(json.loads(client.stdout), client_db, json.loads(out), server_db),
             "client_cpu_s": round(cpu1 - cpu0, 2), "server_cpu_s": round(cpu2 - cpu1, 2)}
@@ -184,7 +192,7 @@ def _series(sessions: int, args, cheap: bool, tmp: Path, tag: str) -> list[dict]
     runs = []
     for i in range(args.runs):
         run = one_run(sessions, args.duration_s, cheap, tmp / f"{tag}-{sessions}-{i}",
-                      args.workers)
+                      args.workers, args.spread)
         run["clean"] = clean(run)
         print(json.dumps({"part": tag, "run": i, **run}), flush=True)
         runs.append(run)
@@ -207,6 +215,9 @@ def main() -> None:
     ap.add_argument("--ramp", type=int, nargs="*", default=[32, 64, 128, 256, 512])
     ap.add_argument("--bisect", type=int, default=2, help="steps between clean and not")
     ap.add_argument("--workers", type=int, default=0, help="gateway worker processes (0: one)")
+    ap.add_argument("--spread", action="store_true",
+                    help="the client's sessions start evenly over one frame period (default: "
+                         "all at once, so every frame of every session completes together)")
     args = ap.parse_args()
     cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(
         ["lscpu"], capture_output=True, text=True).stdout.splitlines()
@@ -214,7 +225,7 @@ def main() -> None:
     result = {"machine": {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
                           "load_avg_before": os.getloadavg()},
               "frame_ms": FRAME_MS, "duration_s": args.duration_s, "runs": args.runs,
-              "workers": args.workers}
+              "workers": args.workers, "spread": args.spread}
     with tempfile.TemporaryDirectory(prefix="gw-overhead-") as tmp:
         result["overhead"] = [_row(_series(n, args, False, Path(tmp), "overhead"))
                               for n in args.sessions]

@@ -16,9 +16,12 @@ from store.writer import StoreWriter
 logger = logging.getLogger(__name__)
 
 DEFAULT_DB = "metronome.duckdb"
+DB_THREADS_ENV = "METRONOME_DB_THREADS"
+# vLLM's engine core and its worker each keep a core busy (they poll each other's queue).
+ENGINE_CORES = 2
 
-__all__ = ["DEFAULT_DB", "RUN_STATUSES", "TABLES", "Store", "StoreError", "db_path", "open_existing",
-           "open_store"]
+__all__ = ["DB_THREADS_ENV", "DEFAULT_DB", "RUN_STATUSES", "TABLES", "Store", "StoreError", "db_path", "open_existing",
+           "db_threads", "open_store"]
 
 
 class StoreError(RuntimeError):
@@ -80,6 +83,21 @@ class Store:
         return True
 
 
+def db_threads() -> int:
+    """DuckDB's threads for the database a run writes: $METRONOME_DB_THREADS, else every core
+    this process may use but the two an engine's processes keep busy, at least one. DuckDB's
+    own default is every core; on two cores its second thread took CPU from the engine in the
+    middle of frames (`benchmarks/frame_floor.py --modes full db1`, docs/benchmarks/
+    frame_floor.md). Readers in the same process share the count (it is the database's)."""
+    value = os.environ.get(DB_THREADS_ENV, "").strip()
+    if not value:
+        return max(1, len(os.sched_getaffinity(0)) - ENGINE_CORES)
+    if not value.isdigit() or not 1 <= int(value) <= 1024:
+        raise ValueError(f"{DB_THREADS_ENV}={value!r} must be a whole number of threads in "
+                         "[1, 1024]")
+    return int(value)
+
+
 def _connect(path: str):
     if path != ":memory:":
         parent = Path(path).expanduser().resolve().parent
@@ -87,8 +105,9 @@ def _connect(path: str):
             raise StoreError(f"database folder {parent} does not exist")
         if not os.access(parent, os.W_OK):
             raise StoreError(f"database folder {parent} is not writable")
+    threads = db_threads()
     try:
-        return duckdb.connect(path)
+        return duckdb.connect(path, config={"threads": threads})
     except duckdb.IOException as exc:
         text = str(exc)
         holder = re.search(r"PID (\d+)", text)

@@ -88,3 +88,31 @@ def test_buckets_without_latency_are_gaps_not_errors(store):
     store.writer.flush()
     df = frame_buckets(store.cursor(), "r3", bucket_s=5.0)
     assert df.p50_ms.notna().sum() == 1 and df.p95_ms.isna().sum() == len(df) - 1
+
+
+def test_duckdb_leaves_the_engines_two_cores_alone(tmp_path, monkeypatch):
+    """DuckDB would take every core; a run's database takes all but the two an engine's
+    processes keep busy (at least one), or what METRONOME_DB_THREADS says."""
+    import os
+
+    from store import DB_THREADS_ENV, db_threads
+
+    monkeypatch.delenv(DB_THREADS_ENV, raising=False)
+    expected = max(1, len(os.sched_getaffinity(0)) - 2)
+    store = Store(str(tmp_path / "a.duckdb"))
+    try:
+        assert db_threads() == expected
+        assert store.cursor().execute("SELECT current_setting('threads')").fetchone()[0] \
+            == expected
+    finally:
+        store.close()
+    monkeypatch.setenv(DB_THREADS_ENV, "3")
+    store = Store(str(tmp_path / "b.duckdb"))
+    try:
+        assert store.cursor().execute("SELECT current_setting('threads')").fetchone()[0] == 3
+    finally:
+        store.close()
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(DB_THREADS_ENV, bad)
+        with pytest.raises(ValueError, match=f"METRONOME_DB_THREADS='{bad}'"):
+            Store(str(tmp_path / "c.duckdb"))
