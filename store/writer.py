@@ -199,7 +199,9 @@ class StoreWriter:
                 next_flush = time.monotonic() + self.flush_interval_s
 
     def _write_buffers(self) -> None:
-        for table, rows in list(self._buffers.items()):
+        # Ticks last: a reader that sees a tick sees every row queued before it (the Live
+        # page's settled edge is the latest tick less a margin, services/live_data.py).
+        for table, rows in sorted(self._buffers.items(), key=lambda item: item[0] == "ticks"):
             if not rows:
                 continue
             self._buffers[table] = []

@@ -212,3 +212,34 @@ def test_a_run_whose_final_flush_times_out_ends_failed_not_running(monkeypatch, 
     status, reason = store.cursor().execute(
         "SELECT status, reason FROM runs WHERE run_id = ?", [s.run_id]).fetchone()
     assert status == "failed" and "did not flush" in reason
+
+
+class _InsertOrder:
+    """A cursor that notes the table of every INSERT, in order."""
+
+    def __init__(self, con):
+        self._con, self.tables = con, []
+
+    def execute(self, sql, *args):
+        if sql.startswith("INSERT INTO "):
+            self.tables.append(sql.split()[2])
+        return self._con.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+
+def test_a_tick_reaches_the_database_after_the_rows_queued_before_it(store):
+    """The Live page keeps buckets older than the latest tick (less a margin) as settled
+    (services/live_data.py): a flush that wrote a tick before the frames queued ahead of it
+    would let a reader settle a bucket those frames still belong to."""
+    execute(RunConfig(engine="twin", sessions=1, duration_s=0.5), store)
+    (tick,) = store.cursor().execute("SELECT * FROM ticks LIMIT 1").df().to_dict("records")
+    spy = store.writer._con = _InsertOrder(store.writer._con)
+    store.writer.add("ticks", {**tick, "run_id": "order"})  # the ticks buffer exists first
+    store.writer.flush()
+    spy.tables.clear()
+    store.writer.add("ticks", {**tick, "run_id": "order", "tick": 1})
+    store.writer.add_many("frames", [_frame("order", i) for i in range(3)])
+    assert store.writer.flush() == 0
+    assert spy.tables.index("frames") < spy.tables.index("ticks"), spy.tables
