@@ -305,7 +305,9 @@ def test_incremental_live_refresh_adds_up_to_the_full_scan(db):
     has ended, what they built equals one full scan."""
     from console import views
 
-    run_id = running_paced_twin(db, duration_s=3.0, sessions=8)
+    # 5 s: a bucket settles once a tick 1 s + 2 frames past its end is on disk (a flush, up to
+    # 0.5 s, after it), so a 3 s run left a loaded machine well under a second to see one.
+    run_id = running_paced_twin(db, duration_s=5.0, sessions=8)
     cur = open_store(db).cursor()
     cache: dict = {}
     while run_host().state().status == "running":
