@@ -12,6 +12,8 @@
     bare     nostore and notick: what is left is the run thread's frame path itself
     db1      full, with the database's DuckDB on one thread (`SET threads = 1` for the run):
              whether DuckDB's own worker threads, not its work, cost the engine's processes
+             (the same as full where store.db_threads is already 1; METRONOME_DB_THREADS=2
+             gives full DuckDB's default on two cores)
 
 Frame latency is submission to the last token (`frames.latency_ms`); a frame with no answer
 by its finalisation, or never submitted, is +inf. Latencies are taken from an observer of the
@@ -154,11 +156,12 @@ def metronome_frames(engine, config, store, mode: str = "full"):
     view = store if mode in ("full", "notick", "db1") else _StoreView(store, _DroppingWriter(
         store.writer))
     latencies = _Latencies()
+    cur = store.cursor()
+    (threads,) = cur.execute("SELECT current_setting('threads')").fetchone()
     if mode == "db1":
-        store.cursor().execute("SET threads = 1")  # the database instance's, every cursor's
+        cur.execute("SET threads = 1")  # the database instance's, every cursor's
     try:
         summary = cls(config, engine, view, observers=[latencies]).run()
     finally:
-        if mode == "db1":
-            store.cursor().execute("RESET threads")
+        cur.execute(f"SET threads = {int(threads)}")  # the store's count (store.db_threads)
     return latencies.ms, summary, latencies.skipped / max(1, len(latencies.ms))

@@ -20,8 +20,8 @@ DB_THREADS_ENV = "METRONOME_DB_THREADS"
 # vLLM's engine core and its worker each keep a core busy (they poll each other's queue).
 ENGINE_CORES = 2
 
-__all__ = ["DB_THREADS_ENV", "DEFAULT_DB", "RUN_STATUSES", "TABLES", "Store", "StoreError", "db_path", "open_existing",
-           "db_threads", "open_store"]
+__all__ = ["DB_THREADS_ENV", "DEFAULT_DB", "RUN_STATUSES", "TABLES", "Store", "StoreError",
+           "db_path", "db_threads", "open_existing", "open_store"]
 
 
 class StoreError(RuntimeError):
