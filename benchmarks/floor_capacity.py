@@ -8,7 +8,9 @@ limits it) with its frame (16 in / 4 out). Loads are probed up a ladder (1, 2, 3
 +25 %), each load once per driver back to back (raw first), until both drivers have failed
 twice in a row; a driver's N_c is the largest load below its first failure that passed.
 Then each N_c and the load above it are probed again (`--confirms` times, interleaved), and a
-load counts as passing when it passed in most of its probes. Frame latency and silence as in
+load counts as passing when it passed in most of its probes. The table also gives each
+driver's count load by load: the largest load up to which every load probed passed in most
+of its probes (a first failure whose confirms passed does not end it). Frame latency and silence as in
 benchmarks/floor_drivers.py (a frame with no answer, or never submitted, is silent).
 
     .venv/bin/python benchmarks/floor_capacity.py [--periods 80 160] [--probe-s 4]
@@ -109,6 +111,17 @@ def n_c(probes: Probes, frame_ms: float, max_n: int, confirms: int) -> dict:
     return found
 
 
+def load_by_load(probes: Probes, driver: str, frame_ms: float) -> int:
+    """The largest load L such that every load probed up to L passed in most of its probes:
+    one failed probe does not end the count where its confirms passed."""
+    best = 0
+    for m in sorted(x for (d, f, x) in probes.seen if d == driver and f == frame_ms):
+        if not probes.passes(driver, frame_ms, m):
+            break
+        best = m
+    return best
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--periods", type=float, nargs="+", default=[80.0, 160.0])
@@ -138,9 +151,12 @@ def main() -> int:
     finally:
         engine.shutdown()
         store.close()
-    print("| frame | N_c raw | N_c Metronome |\n|---|---|---|")
+    print("| frame | N_c raw | N_c Metronome | load by load: raw | load by load: Metronome |"
+          "\n|---|---|---|---|---|")
     for frame_ms, found in result.items():
-        print(f"| {frame_ms:g} ms | {found['raw']} | {found['metronome']} |")
+        print(f"| {frame_ms:g} ms | {found['raw']} | {found['metronome']} | "
+              f"{load_by_load(probes, 'raw', frame_ms)} | "
+              f"{load_by_load(probes, 'metronome', frame_ms)} |")
     print(f"after: load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(json.dumps({f"{k[0]} {k[1]:g} ms {k[2]}": v for k, v in probes.seen.items()}))
     return 0
