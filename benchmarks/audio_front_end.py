@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-TOKENS_OUT = 4
+from audio_model import TOKENS_OUT, chunk_done  # noqa: E402 - beside this file
+
 WARM_UP = 8
 
 
@@ -53,12 +54,7 @@ def chunks(engine, frames, ids) -> dict:
     total, first, steps, step_ms = [], [], [], []
     try:
         for audio in frames:
-            if engine.frame_token_ids is not None:
-                handle = engine.submit(91, list(engine.frame_token_ids), TOKENS_OUT,
-                                       audio=[audio])
-            else:
-                handle = engine.submit(91, ids, TOKENS_OUT)
-            handle.wait(60)
+            handle = chunk_done(engine, 91, audio, ids)
             time.sleep(0.02)  # the probe's stats of the chunk's last step arrive
             done = engine.drain_step_stats()
             total.append((handle.t_done - handle.t_submit) * 1e3)

@@ -105,18 +105,25 @@ def frames_of(wav_dir: Path, n: int):
     return [clip[i * 1280:(i + 1) * 1280] for i in range(n)]
 
 
+def chunk_done(engine, session_id: int, audio, tokens_in_ids):
+    """One chunk of a session, waited for: the frame's audio on an audio-in model, else the
+    ids. Returns its handle."""
+    if engine.frame_token_ids is not None:
+        handle = engine.submit(session_id, list(engine.frame_token_ids), TOKENS_OUT,
+                               audio=[audio])
+    else:
+        handle = engine.submit(session_id, tokens_in_ids, TOKENS_OUT)
+    handle.wait(60)
+    return handle
+
+
 def back_to_back(engine, audio_frames, tokens_in_ids) -> list[float]:
     """One session, each frame submitted when the previous one is done: ms per chunk."""
     engine.open(77)
     out = []
     try:
         for audio in audio_frames:
-            if engine.frame_token_ids is not None:
-                handle = engine.submit(77, list(engine.frame_token_ids), TOKENS_OUT,
-                                       audio=[audio])
-            else:
-                handle = engine.submit(77, tokens_in_ids, TOKENS_OUT)
-            handle.wait(60)
+            handle = chunk_done(engine, 77, audio, tokens_in_ids)
             out.append((handle.t_done - handle.t_submit) * 1e3)
     finally:
         engine.close(77)
