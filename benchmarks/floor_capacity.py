@@ -60,7 +60,8 @@ class Probes:
             silent = sum(x > config.budget for x in first) / max(1, len(first))
         else:
             ms, summary, skipped = metronome_frames(self.engine, config, self.store, "full")
-            silent = float(summary.silent_rate or 0.0)
+            # No frame recorded: its silence is unknown, and the probe cannot pass on it.
+            silent = 1.0 if summary.silent_rate is None else float(summary.silent_rate)
             print(f"  (metronome skipped {skipped:.1%} of its frames: the "
                   "previous one still owed)", flush=True)
         p95 = pct(ms, 0.95)

@@ -80,7 +80,7 @@ def side_by_side(cur, rows: list[dict], planned: int | None = None) -> None:
                      "partial stall": "partial stall (some sessions starved for blocks)"}.get(
                 stall, f"stalled at {stall}")
             col.markdown(f"**{experiments.policy_label(row)}** · seed {row['seed']} · {stall}"
-                         + f" · silent {summary.silent_rate or 0:.1%}"
+                         + f" · silent {views.silent_text(summary)}"
                          + f" · p95 {views.p95_text(summary)}")
             col.markdown(f"_{story.row_sentence(cur, row)}_")
             col.caption(naive_and_truth(summary))
@@ -159,7 +159,7 @@ def naive_and_truth(summary: RunSummary) -> str:
     gateway = f"gateway answering after {summary.wait_budget:g} × budget" \
         if summary.wait_budget else "gateway"
     return (f"{gateway} dashboard: {naive:.1%} on time · truth: {truth:.1%} on time, "
-            f"{summary.silent_rate or 0:.1%} silent")
+            f"{views.silent_text(summary)} silent")
 
 
 def downloads(run_ids: list[str]) -> None:

@@ -17,8 +17,8 @@ from runtime.run_summary import RunSummary
 from services import charts
 from services import server_runs
 # The data half lives in services/live_data.py (no Streamlit); named here for the pages.
-from services.live_data import (MAX_BUCKETS, LiveData, bucket_for, engine_label,  # noqa: F401
-                           live_data, policy_text, run_label, target_ms)
+from services.live_data import (LiveData, bucket_for, engine_label,  # noqa: F401
+                                live_data, policy_text, run_label, target_ms)
 
 logger = logging.getLogger(__name__)
 
@@ -262,6 +262,12 @@ def stall_text(summary: RunSummary) -> str:
     if summary.partial_stall:
         return "partial stall"
     return "never"
+
+
+def silent_text(summary: RunSummary) -> str:
+    """The run's silent share, or "unknown" for a run with no frame to count."""
+    rate = summary.silent_rate
+    return "unknown (no frames)" if rate is None else f"{rate:.1%}"
 
 
 def p95_text(summary: RunSummary) -> str:
