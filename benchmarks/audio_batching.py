@@ -1,0 +1,124 @@
+"""Do an audio model's frames still share engine steps? (issue 36's N_c gap: at 160 ms the
+calibration found audio-tiny serving 6 sessions where its own LM as a text model serves 36.)
+
+Each model (audio-tiny and its LM alone, both from seed 0) serves the same WAV load through
+`Runner` (window W=256 S=32, 4 tokens out) at the given sessions and period, one run each,
+in turns audio-text-text-audio; then the run's `steps` rows (each vLLM step's prompt and
+generated tokens, as the engine probe reports them) say how the frames were batched:
+
+- prefill steps per frame period: steps that took any prompt tokens (a frame's chunk enters
+  the engine in such a step; text frames that arrive together share one);
+- frames per prefill step: frames submitted (not skipped) over those steps (1.0: every
+  frame alone);
+- steps per frame period, and the median step time.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/audio_batching.py [--sessions 6] [--frame-ms 160]
+        [--duration 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from audio_model import TOKENS_OUT, lm_only, load_average, machine, speech_dir  # noqa: E402
+
+
+def one_run(engine, model: str, args, tokens_in: int, wav_dir: Path, store) -> dict:
+    from runtime import RunConfig, Runner
+
+    cfg = RunConfig(engine="vllm", model=model, load="wav", wav_dir=str(wav_dir),
+                    sessions=args.sessions, duration_s=args.duration, policy="window",
+                    window=256, sinks=32, pool_blocks=128, frame_ms=args.frame_ms,
+                    tokens_in=tokens_in, tokens_out=TOKENS_OUT,
+                    open_budget=args.sessions)
+    summary = Runner(cfg, engine, store).run()
+    store.writer.flush(30.0)
+    cur = store.cursor()
+    submitted, first_submit = cur.execute(
+        "SELECT count(*), min(t_submit) FROM frames WHERE run_id = ? AND NOT skipped",
+        [summary.run_id]).fetchone()
+    # The engine's steps before the run's first frame (an earlier run's last, drained by this
+    # run's first poll) are not this run's: both clocks are the engine's.
+    rows = cur.execute("SELECT t, step_ms, prompt_tokens FROM steps WHERE run_id = ? AND t >= ? "
+                       "ORDER BY t", [summary.run_id, first_submit]).fetchall()
+    assert rows, f"run {summary.run_id} recorded no steps"
+    span_s = rows[-1][0] - first_submit
+    periods = max(1.0, span_s * 1e3 / args.frame_ms)
+    prefill = [r for r in rows if r[2] > 0]
+    return {"p50_ms": summary.p50_ms, "p95_ms": summary.p95_ms,
+            "silent": summary.silent_rate, "frames": submitted,
+            "steps_per_period": len(rows) / periods,
+            "prefill_steps_per_period": len(prefill) / periods,
+            "frames_per_prefill_step": submitted / max(1, len(prefill)),
+            "step_ms_p50": statistics.median(r[1] for r in rows)}
+
+
+def show(label: str, r: dict) -> str:
+    def ms(v):
+        return "> budget" if v is None else f"{v:.1f}"
+
+    silent = "-" if r["silent"] is None else f"{r['silent']:.3f}"
+    return (f"  {label:>5} | {ms(r['p50_ms']):>8} {ms(r['p95_ms']):>8} {silent:>6} | "
+            f"{r['frames']:>6} | {r['steps_per_period']:>6.2f} | "
+            f"{r['prefill_steps_per_period']:>6.2f} | {r['frames_per_prefill_step']:>6.2f} | "
+            f"{r['step_ms_p50']:>6.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sessions", type=int, default=6)
+    parser.add_argument("--frame-ms", type=float, default=160.0)
+    parser.add_argument("--duration", type=float, default=10.0)
+    args = parser.parse_args()
+    if args.sessions < 1 or args.duration <= 0 or args.frame_ms <= 0:
+        parser.error("--sessions ≥ 1, --duration > 0 and --frame-ms > 0")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout: the figures
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    from engine import EngineConfig, KVPolicy, create_engine
+    from engine.audio_input import audio_input
+    from engine.audio_model import build_audio_tiny
+    from store import Store
+
+    print(f"machine: {machine()}; load average at start: {load_average()}")
+    root = Path(tempfile.mkdtemp(prefix="audio-batching-"))
+    wav_dir = speech_dir(root)
+    audio_path = build_audio_tiny(0)
+    paths = {"audio": audio_path, "text": lm_only(audio_path)}
+    # The text model takes as many ids a frame as the audio processor makes of one.
+    tokens_in = len(audio_input(audio_path, args.frame_ms).frame_ids)
+    store = Store(str(root / "bench.duckdb"))
+    policy = KVPolicy("window", 256, 32)
+    engines = {label: create_engine("vllm", EngineConfig(model=str(path), pool_blocks=128,
+                                                         policy=policy,
+                                                         frame_ms=args.frame_ms))
+               for label, path in paths.items()}
+    results: dict[str, list[dict]] = {"audio": [], "text": []}
+    try:
+        for label in ("audio", "text", "text", "audio"):
+            results[label].append(one_run(engines[label], str(engines[label].model_path),
+                                          args, tokens_in, wav_dir, store))
+    finally:
+        for engine in engines.values():
+            engine.shutdown()
+        store.close()
+    print(f"{args.sessions} sessions, {args.frame_ms:g} ms frames, {tokens_in} tokens in, WAV "
+          f"load, {args.duration:g} s a run, in turns A-T-T-A; per run:")
+    print("  model |    p50 ms   p95 ms silent | frames | steps/period | prefill steps/period "
+          "| frames/prefill step | step ms p50")
+    for label in ("audio", "text"):
+        for r in results[label]:
+            print(show(label, r))
+    print(f"load average at the end: {load_average()}")
+
+
+if __name__ == "__main__":
+    main()
