@@ -2,7 +2,7 @@
 calibration found audio-tiny serving 6 sessions where its own LM as a text model serves 36.)
 
 Each model (audio-tiny and its LM alone, both from seed 0) serves the same WAV load through
-`Runner` (window W=256 S=32, 4 tokens out) at the given sessions and period, one run each,
+`Runner` (audio_model.py's `run`: window W=256 S=32, 4 tokens out) at the given sessions and period, one run each,
 in turns audio-text-text-audio; then the run's `steps` rows (each vLLM step's prompt and
 generated tokens, as the engine probe reports them) say how the frames were batched:
 
@@ -28,18 +28,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from audio_model import TOKENS_OUT, lm_only, load_average, machine, speech_dir  # noqa: E402
+from audio_model import lm_only, load_average, machine, run, speech_dir  # noqa: E402
 
 
 def one_run(engine, model: str, args, tokens_in: int, wav_dir: Path, store) -> dict:
-    from runtime import RunConfig, Runner
-
-    cfg = RunConfig(engine="vllm", model=model, load="wav", wav_dir=str(wav_dir),
-                    sessions=args.sessions, duration_s=args.duration, policy="window",
-                    window=256, sinks=32, pool_blocks=128, frame_ms=args.frame_ms,
-                    tokens_in=tokens_in, tokens_out=TOKENS_OUT,
-                    open_budget=args.sessions)
-    summary = Runner(cfg, engine, store).run()
+    summary = run(engine, model, args.sessions, wav_dir, args.duration, store,
+                  frame_ms=args.frame_ms, tokens_in=tokens_in)
     store.writer.flush(30.0)
     cur = store.cursor()
     submitted, first_submit = cur.execute(
@@ -57,7 +51,7 @@ def one_run(engine, model: str, args, tokens_in: int, wav_dir: Path, store) -> d
             "silent": summary.silent_rate, "frames": submitted,
             "steps_per_period": len(rows) / periods,
             "prefill_steps_per_period": len(prefill) / periods,
-            "frames_per_prefill_step": submitted / max(1, len(prefill)),
+            "frames_per_prefill_step": submitted / len(prefill) if prefill else None,
             "step_ms_p50": statistics.median(r[1] for r in rows)}
 
 
@@ -66,9 +60,11 @@ def show(label: str, r: dict) -> str:
         return "> budget" if v is None else f"{v:.1f}"
 
     silent = "-" if r["silent"] is None else f"{r['silent']:.3f}"
+    per_step = "-" if r["frames_per_prefill_step"] is None else \
+        f"{r['frames_per_prefill_step']:.2f}"  # no prefill step recorded: unknown
     return (f"  {label:>5} | {ms(r['p50_ms']):>8} {ms(r['p95_ms']):>8} {silent:>6} | "
             f"{r['frames']:>6} | {r['steps_per_period']:>6.2f} | "
-            f"{r['prefill_steps_per_period']:>6.2f} | {r['frames_per_prefill_step']:>6.2f} | "
+            f"{r['prefill_steps_per_period']:>6.2f} | {per_step:>6} | "
             f"{r['step_ms_p50']:>6.1f}")
 
 

@@ -205,13 +205,15 @@ def features(audio_path: Path, frames) -> None:
           f"(torch threads {__import__('torch').get_num_threads()})")
 
 
-def run(engine, model: str, n: int, wav_dir: Path, duration: float, store) -> dict:
+def run(engine, model: str, n: int, wav_dir: Path, duration: float, store,
+        frame_ms: float = 80.0, tokens_in: int = 4):
+    """A RunSummary of `n` sessions of WAV load, window W=256 S=32 (audio_batching.py too)."""
     from runtime import RunConfig, Runner
 
     cfg = RunConfig(engine="vllm", model=model, load="wav", wav_dir=str(wav_dir), sessions=n,
                     duration_s=duration, policy="window", window=256, sinks=32,
-                    pool_blocks=128, frame_ms=80.0, tokens_in=4, tokens_out=TOKENS_OUT,
-                    open_budget=8)
+                    pool_blocks=128, frame_ms=frame_ms, tokens_in=tokens_in,
+                    tokens_out=TOKENS_OUT, open_budget=max(8, n))
     return Runner(cfg, engine, store).run()
 
 
