@@ -174,33 +174,20 @@ def insert_rollups(con, table: str, columns,
                    rows: list[dict] | None = None) -> dict[str, float]:
     """INSERT the rollup deltas of the registered `_batch` of `table` (inside the caller's
     transaction). Returns, per run in the batch, the earliest time it touched (for
-    `compact`): from `rows` (the batch's own dicts) where given, else by a query."""
+    `compact`). With the batch's own dicts (`rows`) the deltas are computed in Python, one
+    plain INSERT each (store/rollup_deltas.py: a delta_sql statement's planning is most of a
+    flush's CPU); else, or for a value Python does not take as DuckDB's cast does, by SQL."""
+    if rows is not None:
+        try:
+            return rollup_deltas.insert(con, table, rows)
+        except (TypeError, ValueError, OverflowError) as exc:
+            logger.debug("rollups of a %s batch by SQL: %s", table, exc)
     src = source(table, "_batch", set(columns))
     for rollup in ROLLED[table]:
         con.execute(delta_sql(rollup, src))
-    try:  # a statement less per batch: a DuckDB statement costs ~3 ms however few the rows
-        if rows is not None:
-            return _touched(rows, TIME[table])
-    except (TypeError, ValueError):  # a value Python does not take as DuckDB's cast does
-        pass
     touched = con.execute(f"SELECT run_id, min({TIME[table]}) FROM ({src}) "
                           "GROUP BY run_id").fetchall()
     return {run_id: t for run_id, t in touched if run_id is not None and t is not None}
-
-
-def _touched(rows: list[dict], column: str) -> dict[str, float]:
-    """Per run, the earliest `column` of the rows (NULL and NaN left out, as min() in SQL)."""
-    out: dict[str, float] = {}
-    for row in rows:
-        run_id, t = row.get("run_id"), row.get(column)
-        if run_id is None or t is None:
-            continue
-        t = float(t)
-        if t != t:  # NaN: NULL in the table (store/batches.py)
-            continue
-        run_id = str(run_id)
-        out[run_id] = min(t, out.get(run_id, t))
-    return out
 
 
 def rollback(con) -> None:
@@ -294,3 +281,7 @@ class Maintainer:
                 (logger.debug if why == self._last_error else logger.warning)(
                     "rollups of run %s not compacted (retried later): %s", run_id, why)
                 self._last_error = why
+
+
+# Last: it reads this module's levels, bins and specs as it loads.
+from store import rollup_deltas  # noqa: E402
