@@ -145,6 +145,7 @@ class Runner:
         storage_before = writer.storage_failures
         t0 = self.recorder.t0 = self.engine.now()
         status, reason = "finished", None
+        writer.quiet.add(self.sessions.in_flight.wait_idle)  # its flushes wait for idle moments
         try:
             for i, t in enumerate(self._arrivals):
                 self._push(t, "arrive", i)
@@ -182,6 +183,7 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - recorded, the data so far is kept
             status, reason = "failed", f"{type(exc).__name__}: {exc}"
             logger.exception("run %s failed", self.run_id)
+        writer.quiet.remove(self.sessions.in_flight.wait_idle)
         end_rel = self.engine.now() - t0
         if status == "finished":
             end_rel = min(end_rel, cfg.duration_s)

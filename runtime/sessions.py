@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from control.admission import Ticket
@@ -17,6 +18,7 @@ from load_gen import make_frame_source
 from runtime.backlog import count_new, may_submit, owed
 from runtime.config import RunConfig
 from runtime.history import RolloverHistory
+from runtime.in_flight import InFlight
 from runtime.opens import OpenBudget
 from runtime.pools import TickCounts
 from runtime.reasons import QUIET_CLOSES, Close
@@ -66,6 +68,7 @@ class Sessions:
         self.tokens_unticked = 0  # tokens of replaced in-flight frames, for the next tick
         self._unticked_by_rank: dict = {}  # the same per rank
         self.opens = OpenBudget(config.open_budget, self._frame_s)
+        self.in_flight = InFlight()  # what the store's writer waits out (runtime/in_flight.py)
         self.inlet = None  # runtime.remote.Inlet: told of its sessions' starves, submits, closes
         # An audio-in model takes each frame's audio through its encoder (engine contract).
         self._audio_in = engine.frame_token_ids is not None
@@ -168,6 +171,7 @@ class Sessions:
         self._unticked_by_rank[session.rank] = self._unticked_by_rank.get(session.rank, 0) + new
         handle = self.engine.submit(session_id, prompt, cfg.tokens_out, audio=audio) \
             if audio else self.engine.submit(session_id, prompt, cfg.tokens_out)
+        self.in_flight.add(handle)
         session.kv_tokens += len(prompt) + cfg.tokens_out - 1
         session.max_blocks = max(session.max_blocks, self._resident_blocks(session.kv_tokens))
         session.ahead, session.ahead_seen = ahead, session.tokens_seen if ahead else 0
@@ -221,10 +225,7 @@ class Sessions:
 
     def live_by_rank(self) -> dict:
         """Live sessions per rank (None: sessions whose rank the engine did not say)."""
-        counts: dict = {}
-        for session in self.live.values():
-            counts[session.rank] = counts.get(session.rank, 0) + 1
-        return counts
+        return dict(Counter(session.rank for session in self.live.values()))
 
     def max_resident_blocks(self) -> int:
         return max([self.max_blocks_closed] + [s.max_blocks for s in self.live.values()])

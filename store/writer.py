@@ -12,9 +12,9 @@ at all, the batch is counted lost and `storage_error` says why, so the writer ke
 producer instead of falling minutes behind; later batches still get one try each (a disk that
 comes back is used again, and DuckDB still takes small writes such as a run's end).
 
-Closing is ordered: stop, wait for the thread, and only then may the connection be closed.
-A writer that does not stop in time abandons what it holds (counted lost) and says so; the
-caller must not close the connection under it (that is a C++ terminate, SIGABRT).
+Closing is ordered: stop, wait for the thread, only then close the connection. A writer that
+does not stop in time abandons what it holds (counted lost) and says so; the caller must not
+close the connection under it (that is a C++ terminate, SIGABRT).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from collections import defaultdict
 from contextlib import suppress
 
 from store.faults import first_line, is_storage_failure
+from store.quiet import QuietWaits
 from store.rollups import Maintainer
 from store.schema import TABLES
 
@@ -44,9 +45,8 @@ CLOSE_TIMEOUT_S = 30.0
 
 class StoreWriter:
     """One thread owns the connection; everyone else queues. Nothing is lost without a count:
-    rows that fail are counted per table (`rows_lost`) with the error (`errors`), and a full
-    queue first slows the producer (`backpressure_waits`) and then counts what it could not
-    take."""
+    failed rows are counted per table (`rows_lost`) with the error (`errors`); a full queue
+    first slows the producer (`backpressure_waits`), then counts what it could not take."""
 
     def __init__(self, con, flush_interval_s: float = FLUSH_INTERVAL_S,
                  max_queued: int = MAX_QUEUED) -> None:
@@ -64,6 +64,7 @@ class StoreWriter:
         self._count_lock = threading.Lock()
         self._abandon = threading.Event()
         self._rollups = Maintainer()
+        self.quiet = QuietWaits()  # runs' waits for an idle engine before a timed flush's tables
         self._thread = threading.Thread(target=self._run, name="metronome-store", daemon=True)
         self._thread.start()
 
@@ -194,16 +195,18 @@ class StoreWriter:
                     self._rollups.maybe_compact(self._con, force=True)
                     return
             if time.monotonic() >= next_flush:
-                self._write_buffers()
+                self._write_buffers(self.quiet.deadline())
                 self._rollups.maybe_compact(self._con)
                 next_flush = time.monotonic() + self.flush_interval_s
 
-    def _write_buffers(self) -> None:
+    def _write_buffers(self, quiet_until: float | None = None) -> None:
         # Ticks last: a reader that sees a tick sees every row queued before it (the Live
         # page's settled edge is the latest tick less a margin, services/live_data.py).
         for table, rows in sorted(self._buffers.items(), key=lambda item: item[0] == "ticks"):
             if not rows:
                 continue
+            if quiet_until is not None:  # a timed flush: each table in an idle moment
+                self.quiet.until(quiet_until)
             self._buffers[table] = []
             if self._abandon.is_set():
                 self._lose(table, len(rows), "abandoned: the store was closed while the writer "
@@ -278,8 +281,7 @@ class StoreWriter:
             except queue.Empty:
                 return
             if kind in ("rows", "sql"):
-                self._lose(a if kind == "rows" else "statement", len(b) if kind == "rows" else 1,
-                           why)
+                self._lose(*((a, len(b)) if kind == "rows" else ("statement", 1)), why)
             elif kind == "call":
                 b[0]["error"] = RuntimeError("the store is closed")
                 b[1].set()
