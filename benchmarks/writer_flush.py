@@ -4,7 +4,7 @@
 
 The rows are a real run's (benchmarks/writer_gil.py's twin run at 80 ms frames, frames, ticks
 and events), cut into the writer's batches (FLUSH_INTERVAL_S of run time each) and inserted
-the way the writer does (store.rollups.Maintainer.insert per table: the rows, their rollups
+the way the writer does (store.maintainer.Maintainer.insert per table: the rows, their rollups
 and stall ends, one transaction each) on this thread, with DuckDB at one thread, so that this
 thread's CPU time is the flush's whole cost. `--runs` runs, the two ways interleaved, a fresh
 database each. Printed per sessions and way: the median CPU ms of one flush, the CPU ms per
@@ -42,32 +42,32 @@ def batches(rows, interval_s: float) -> list[dict[str, list[dict]]]:
 
 def flush_cpu_ms(flushes, way: str) -> list[float]:
     """The CPU ms of each flush, inserted into a fresh database with rollups by `way`."""
-    from store import Store, rollups
+    from store import Store, maintainer
 
-    python_deltas = rollups.rollup_deltas
+    python_deltas = maintainer.rollup_deltas
 
     def refuse(con, table, rows):  # the writer's SQL fallback, taken for every batch
         raise TypeError("benchmark: rollups by SQL")
 
-    rollups.rollup_deltas = (python_deltas if way == "python"
-                             else types.SimpleNamespace(insert=refuse))
+    maintainer.rollup_deltas = (python_deltas if way == "python"
+                                else types.SimpleNamespace(insert=refuse))
     out = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
             store = Store(os.path.join(tmp, "flush.duckdb"))
-            maintainer = rollups.Maintainer()
+            writer_side = maintainer.Maintainer()
             try:
                 for flush in flushes:
                     def one(con, flush=flush):
                         cpu = time.thread_time()
                         for table in sorted(flush, key=lambda name: name == "ticks"):
-                            maintainer.insert(con, table, flush[table])
+                            writer_side.insert(con, table, flush[table])
                         return (time.thread_time() - cpu) * 1e3
                     out.append(store.writer.call(one))
             finally:
                 store.close()
     finally:
-        rollups.rollup_deltas = python_deltas
+        maintainer.rollup_deltas = python_deltas
     return out
 
 

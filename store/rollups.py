@@ -26,13 +26,8 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 
-import pandas as pd
-
-from store.batches import batch_of, columns_of
 from store.schema import ROLLUP_TABLES
-from store.stall_ends import OpenStalls
 
 logger = logging.getLogger(__name__)
 
@@ -170,18 +165,11 @@ def coarse_sql(table: str) -> str:
             f"GROUP BY ALL ORDER BY l.level_s, t")
 
 
-def insert_rollups(con, table: str, columns,
-                   rows: list[dict] | None = None) -> dict[str, float]:
-    """INSERT the rollup deltas of the registered `_batch` of `table` (inside the caller's
-    transaction). Returns, per run in the batch, the earliest time it touched (for
-    `compact`). With the batch's own dicts (`rows`) the deltas are computed in Python, one
-    plain INSERT each (store/rollup_deltas.py: a delta_sql statement's planning is most of a
-    flush's CPU); else, or for a value Python does not take as DuckDB's cast does, by SQL."""
-    if rows is not None:
-        try:
-            return rollup_deltas.insert(con, table, rows)
-        except (TypeError, ValueError, OverflowError) as exc:
-            logger.debug("rollups of a %s batch by SQL: %s", table, exc)
+def insert_rollups(con, table: str, columns) -> dict[str, float]:
+    """INSERT the rollup deltas of the registered `_batch` of `table` by SQL (inside the
+    caller's transaction): a run from before rollups, or a batch Python would not read as
+    DuckDB's CAST does (store/maintainer.py tries store/rollup_deltas.py first). Returns, per
+    run in the batch, the earliest time it touched (for `compact`)."""
     src = source(table, "_batch", set(columns))
     for rollup in ROLLED[table]:
         con.execute(delta_sql(rollup, src))
@@ -218,70 +206,3 @@ def compact(con, run_id: str, since: float) -> None:
     except BaseException:
         rollback(con)
         raise
-
-
-class Maintainer:
-    """The writer thread's side: every batch in one transaction with what it changes in the
-    rollups (frames, ticks) and in stall_ends (ticks, events); compaction now and then.
-    Compaction failing costs nothing but size (logged; the run is retried later)."""
-
-    def __init__(self, every_s: float | None = None) -> None:
-        self.every_s = COMPACT_EVERY_S if every_s is None else every_s
-        self._dirty: dict[str, float] = {}  # run → earliest time touched since compaction
-        self._next = time.monotonic() + self.every_s
-        self._stalls = OpenStalls()
-        self._last_error: str | None = None  # a compaction's, logged once while it repeats
-
-    def insert(self, con, table: str, rows: list[dict]) -> None:
-        """Insert the rows into `table` with their rollups and stall ends, one transaction;
-        raises what DuckDB raised, with none of them written."""
-        if not rows:
-            return
-        batch = batch_of(rows)
-        con.register("_batch", batch)
-        try:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch")
-                touched = (insert_rollups(con, table, columns_of(batch), rows)
-                           if table in ROLLED else {})
-                stalls = (self._stalls.on_ticks(con, rows) if table == "ticks" else
-                          self._stalls.on_events(con, rows) if table == "events" else [])
-                con.execute("COMMIT")
-            except BaseException:
-                rollback(con)
-                raise
-        finally:
-            con.unregister("_batch")
-        self._stalls.commit(stalls)
-        for run_id, t in touched.items():
-            self._dirty[run_id] = min(t, self._dirty.get(run_id, t))
-
-    @staticmethod
-    def probe(con, table: str, row: dict) -> None:
-        """Raise what inserting this one row would raise; writes nothing (rolled back)."""
-        con.register("_batch", pd.DataFrame([row]))
-        con.execute("BEGIN TRANSACTION")
-        try:
-            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch")
-        finally:
-            rollback(con)
-            con.unregister("_batch")
-
-    def maybe_compact(self, con, force: bool = False) -> None:
-        if not self._dirty or (not force and time.monotonic() < self._next):
-            return
-        self._next = time.monotonic() + self.every_s
-        for run_id, since in list(self._dirty.items()):
-            try:
-                compact(con, run_id, since)
-                del self._dirty[run_id]
-            except Exception as exc:  # noqa: BLE001 - rows stay valid uncompacted
-                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                (logger.debug if why == self._last_error else logger.warning)(
-                    "rollups of run %s not compacted (retried later): %s", run_id, why)
-                self._last_error = why
-
-
-# Last: it reads this module's levels, bins and specs as it loads.
-from store import rollup_deltas  # noqa: E402

@@ -28,7 +28,7 @@ from contextlib import suppress
 
 from store.faults import first_line, is_storage_failure
 from store.quiet import QuietWaits
-from store.rollups import Maintainer
+from store.maintainer import Maintainer
 from store.schema import TABLES
 
 logger = logging.getLogger(__name__)

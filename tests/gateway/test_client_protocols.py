@@ -44,7 +44,8 @@ def test_ga_metronome_frames_by_frame_idx_with_truth_text_and_the_run_row(tmp_pa
     db = str(tmp_path / "client.duckdb")
     store = open_store(db)
     with FakeServer(fake.ga_metronome) as server:
-        summary = _load(server, store, duration_s=0.6)
+        # 1.2 s: a loaded CI core took most of 0.6 s to open the session (no frame was sent)
+        summary = _load(server, store, duration_s=1.2)
     store.close()
     with duckdb.connect(db, read_only=True) as con:
         rows = con.execute("SELECT * FROM frames WHERE run_id = ? ORDER BY frame_idx",

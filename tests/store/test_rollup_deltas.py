@@ -10,6 +10,7 @@ import pytest
 
 from store import Store, rollup_deltas, rollups
 from store.batches import batch_of, columns_of
+from store.maintainer import Maintainer
 
 CAUSES = ("memory", "compute", "guard", "other", None, "unknown")
 
@@ -99,11 +100,7 @@ def test_an_odd_value_falls_back_to_sql_and_counts_once(writer):
         rollup_deltas.deltas_of("frames", rows)
 
     def insert(con):
-        con.execute("BEGIN TRANSACTION")
-        con.register("_batch", batch_of(rows))
-        rollups.insert_rollups(con, "frames", columns_of(batch_of(rows)), rows)
-        con.unregister("_batch")
-        con.execute("COMMIT")
+        Maintainer().insert(con, "frames", rows)
         return con.execute("SELECT sum(frames) FROM frame_rollups WHERE level_s = 1").fetchone()
 
     assert writer.call(insert) == (len(rows),)
