@@ -12,8 +12,12 @@ generated tokens, as the engine probe reports them) say how the frames were batc
   frame alone);
 - steps per frame period, and the median step time.
 
+`--inline` adds runs of the audio model with its chunks rendered inline on the engine's loop,
+as vLLM 0.32 renders a streaming chunk (engine/vllm_stream.py's `rendered` bypassed; a
+benchmark-only switch), in turns A-I-T-T-I-A: the hand-over off the loop against on it.
+
     PYTHONPATH=. .venv/bin/python benchmarks/audio_batching.py [--sessions 6] [--frame-ms 160]
-        [--duration 10]
+        [--duration 10] [--inline]
 """
 
 from __future__ import annotations
@@ -31,7 +35,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from audio_model import lm_only, load_average, machine, run, speech_dir  # noqa: E402
 
 
-def one_run(engine, model: str, args, tokens_in: int, wav_dir: Path, store) -> dict:
+async def _inline(llm, prompt: dict) -> dict:
+    return prompt  # vLLM's process_inputs renders it on the loop
+
+
+def one_run(engine, model: str, args, tokens_in: int, wav_dir: Path, store,
+            inline: bool = False) -> dict:
+    from engine import vllm_stream
+
+    off_loop = vllm_stream.rendered
+    if inline:
+        vllm_stream.rendered = _inline
+    try:
+        return _one_run(engine, model, args, tokens_in, wav_dir, store)
+    finally:
+        vllm_stream.rendered = off_loop
+
+
+def _one_run(engine, model: str, args, tokens_in: int, wav_dir: Path, store) -> dict:
     summary = run(engine, model, args.sessions, wav_dir, args.duration, store,
                   frame_ms=args.frame_ms, tokens_in=tokens_in)
     store.writer.flush(30.0)
@@ -73,6 +94,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=6)
     parser.add_argument("--frame-ms", type=float, default=160.0)
     parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--inline", action="store_true",
+                        help="also audio with its chunks rendered on the engine's loop")
     args = parser.parse_args()
     if args.sessions < 1 or args.duration <= 0 or args.frame_ms <= 0:
         parser.error("--sessions ≥ 1, --duration > 0 and --frame-ms > 0")
@@ -97,20 +120,24 @@ def main() -> None:
                                                          policy=policy,
                                                          frame_ms=args.frame_ms))
                for label, path in paths.items()}
-    results: dict[str, list[dict]] = {"audio": [], "text": []}
+    results: dict[str, list[dict]] = {"audio": [], "inline": [], "text": []}
+    order = ("audio", "inline", "text", "text", "inline", "audio") if args.inline \
+        else ("audio", "text", "text", "audio")
     try:
-        for label in ("audio", "text", "text", "audio"):
-            results[label].append(one_run(engines[label], str(engines[label].model_path),
-                                          args, tokens_in, wav_dir, store))
+        for label in order:
+            engine = engines["audio" if label == "inline" else label]
+            results[label].append(one_run(engine, str(engine.model_path), args, tokens_in,
+                                          wav_dir, store, inline=label == "inline"))
     finally:
         for engine in engines.values():
             engine.shutdown()
         store.close()
     print(f"{args.sessions} sessions, {args.frame_ms:g} ms frames, {tokens_in} tokens in, WAV "
-          f"load, {args.duration:g} s a run, in turns A-T-T-A; per run:")
+          f"load, {args.duration:g} s a run, in turns "
+          f"{'-'.join(label[0].upper() for label in order)}; per run:")
     print("  model |    p50 ms   p95 ms silent | frames | steps/period | prefill steps/period "
           "| frames/prefill step | step ms p50")
-    for label in ("audio", "text"):
+    for label in ("audio", "inline", "text"):
         for r in results[label]:
             print(show(label, r))
     print(f"load average at the end: {load_average()}")

@@ -146,10 +146,13 @@ def test_a_live_w_change_and_a_rollover_on_audio(windowed, speech, store):  # no
 
 def test_unbounded_audio_sessions_walk_into_the_cliff(vllm_engines, store):
     engine = vllm_engines.get(RunConfig(**UNBOUNDED))
-    cfg = RunConfig(load="fixed", sessions=6, duration_s=5.0, tokens_out=4, **UNBOUNDED)
+    # The pool fills with the frames submitted, so a slower CPU (more frames skipped) gets
+    # there later: 4.32 s on a 2-core AVX2-only EPYC where 4 s had been the bound. The claim
+    # is the cliff within the run, with time after it for the silence to show.
+    cfg = RunConfig(load="fixed", sessions=6, duration_s=8.0, tokens_out=4, **UNBOUNDED)
     s = Runner(cfg, engine, store).run()
     assert s.status == "finished", s.reason
     assert "white noise" in s.input and s.input_path == "audio encoder"
     assert s.max_occupancy >= 0.95
-    assert s.stalled is True and s.stall_at_s < 4
+    assert s.stalled is True and s.stall_at_s < cfg.duration_s - 2
     assert s.silent_rate > 0.3 and s.silent_memory_frames > 0
