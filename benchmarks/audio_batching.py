@@ -10,14 +10,11 @@ generated tokens, as the engine probe reports them) say how the frames were batc
   the engine in such a step; text frames that arrive together share one);
 - frames per prefill step: frames submitted (not skipped) over those steps (1.0: every
   frame alone);
-- steps per frame period, and the median step time.
-
-`--inline` adds runs of the audio model with its chunks rendered inline on the engine's loop,
-as vLLM 0.32 renders a streaming chunk (engine/vllm_stream.py's `rendered` bypassed; a
-benchmark-only switch), in turns A-I-T-T-I-A: the hand-over off the loop against on it.
+- steps per frame period, the median step time, and the median time of a prefill step (the
+  one step every frame of a batch waits for: its chunks' encoder passes run in it).
 
     PYTHONPATH=. .venv/bin/python benchmarks/audio_batching.py [--sessions 6] [--frame-ms 160]
-        [--duration 10] [--inline]
+        [--duration 10]
 """
 
 from __future__ import annotations
@@ -35,24 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from audio_model import lm_only, load_average, machine, run, speech_dir  # noqa: E402
 
 
-async def _inline(llm, prompt: dict) -> dict:
-    return prompt  # vLLM's process_inputs renders it on the loop
-
-
-def one_run(engine, model: str, args, tokens_in: int, wav_dir: Path, store,
-            inline: bool = False) -> dict:
-    from engine import vllm_stream
-
-    off_loop = vllm_stream.rendered
-    if inline:
-        vllm_stream.rendered = _inline
-    try:
-        return _one_run(engine, model, args, tokens_in, wav_dir, store)
-    finally:
-        vllm_stream.rendered = off_loop
-
-
-def _one_run(engine, model: str, args, tokens_in: int, wav_dir: Path, store) -> dict:
+def one_run(engine, model: str, args, tokens_in: int, wav_dir: Path, store) -> dict:
     summary = run(engine, model, args.sessions, wav_dir, args.duration, store,
                   frame_ms=args.frame_ms, tokens_in=tokens_in)
     store.writer.flush(30.0)
@@ -73,7 +53,8 @@ def _one_run(engine, model: str, args, tokens_in: int, wav_dir: Path, store) -> 
             "steps_per_period": len(rows) / periods,
             "prefill_steps_per_period": len(prefill) / periods,
             "frames_per_prefill_step": submitted / len(prefill) if prefill else None,
-            "step_ms_p50": statistics.median(r[1] for r in rows)}
+            "step_ms_p50": statistics.median(r[1] for r in rows),
+            "prefill_step_ms_p50": statistics.median(r[1] for r in prefill) if prefill else None}
 
 
 def show(label: str, r: dict) -> str:
@@ -86,7 +67,7 @@ def show(label: str, r: dict) -> str:
     return (f"  {label:>5} | {ms(r['p50_ms']):>8} {ms(r['p95_ms']):>8} {silent:>6} | "
             f"{r['frames']:>6} | {r['steps_per_period']:>6.2f} | "
             f"{r['prefill_steps_per_period']:>6.2f} | {per_step:>6} | "
-            f"{r['step_ms_p50']:>6.1f}")
+            f"{r['step_ms_p50']:>6.1f} | {ms(r['prefill_step_ms_p50']):>6}")
 
 
 def main() -> None:
@@ -94,8 +75,6 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=6)
     parser.add_argument("--frame-ms", type=float, default=160.0)
     parser.add_argument("--duration", type=float, default=10.0)
-    parser.add_argument("--inline", action="store_true",
-                        help="also audio with its chunks rendered on the engine's loop")
     args = parser.parse_args()
     if args.sessions < 1 or args.duration <= 0 or args.frame_ms <= 0:
         parser.error("--sessions ≥ 1, --duration > 0 and --frame-ms > 0")
@@ -120,24 +99,20 @@ def main() -> None:
                                                          policy=policy,
                                                          frame_ms=args.frame_ms))
                for label, path in paths.items()}
-    results: dict[str, list[dict]] = {"audio": [], "inline": [], "text": []}
-    order = ("audio", "inline", "text", "text", "inline", "audio") if args.inline \
-        else ("audio", "text", "text", "audio")
+    results: dict[str, list[dict]] = {"audio": [], "text": []}
     try:
-        for label in order:
-            engine = engines["audio" if label == "inline" else label]
-            results[label].append(one_run(engine, str(engine.model_path), args, tokens_in,
-                                          wav_dir, store, inline=label == "inline"))
+        for label in ("audio", "text", "text", "audio"):
+            results[label].append(one_run(engines[label], str(engines[label].model_path),
+                                          args, tokens_in, wav_dir, store))
     finally:
         for engine in engines.values():
             engine.shutdown()
         store.close()
     print(f"{args.sessions} sessions, {args.frame_ms:g} ms frames, {tokens_in} tokens in, WAV "
-          f"load, {args.duration:g} s a run, in turns "
-          f"{'-'.join(label[0].upper() for label in order)}; per run:")
+          f"load, {args.duration:g} s a run, in turns A-T-T-A; per run:")
     print("  model |    p50 ms   p95 ms silent | frames | steps/period | prefill steps/period "
-          "| frames/prefill step | step ms p50")
-    for label in ("audio", "inline", "text"):
+          "| frames/prefill step | step ms p50 | prefill step ms p50")
+    for label in ("audio", "text"):
         for r in results[label]:
             print(show(label, r))
     print(f"load average at the end: {load_average()}")
