@@ -11,7 +11,9 @@ generated tokens, as the engine probe reports them) say how the frames were batc
 - frames per prefill step: frames submitted (not skipped) over those steps (1.0: every
   frame alone);
 - steps per frame period, the median step time, and the median time of a prefill step (the
-  one step every frame of a batch waits for: its chunks' encoder passes run in it).
+  one step every frame of a batch waits for: its chunks' encoder passes run in it);
+- for the audio model, encoder frames per encoder pass (1.0: the tower ran once per frame;
+  more: one call took several sessions' frames).
 
     PYTHONPATH=. .venv/bin/python benchmarks/audio_batching.py [--sessions 6] [--frame-ms 160]
         [--duration 10]
@@ -54,7 +56,9 @@ def one_run(engine, model: str, args, tokens_in: int, wav_dir: Path, store) -> d
             "prefill_steps_per_period": len(prefill) / periods,
             "frames_per_prefill_step": submitted / len(prefill) if prefill else None,
             "step_ms_p50": statistics.median(r[1] for r in rows),
-            "prefill_step_ms_p50": statistics.median(r[1] for r in prefill) if prefill else None}
+            "prefill_step_ms_p50": statistics.median(r[1] for r in prefill) if prefill else None,
+            "frames_per_pass": (summary.audio.encoder_frames / summary.audio.encoder_passes
+                                if summary.audio and summary.audio.encoder_passes else None)}
 
 
 def show(label: str, r: dict) -> str:
@@ -67,7 +71,8 @@ def show(label: str, r: dict) -> str:
     return (f"  {label:>5} | {ms(r['p50_ms']):>8} {ms(r['p95_ms']):>8} {silent:>6} | "
             f"{r['frames']:>6} | {r['steps_per_period']:>6.2f} | "
             f"{r['prefill_steps_per_period']:>6.2f} | {per_step:>6} | "
-            f"{r['step_ms_p50']:>6.1f} | {ms(r['prefill_step_ms_p50']):>6}")
+            f"{r['step_ms_p50']:>6.1f} | {ms(r['prefill_step_ms_p50']):>6} | "
+            f"{'-' if r['frames_per_pass'] is None else format(r['frames_per_pass'], '.2f'):>6}")
 
 
 def main() -> None:
@@ -111,7 +116,7 @@ def main() -> None:
     print(f"{args.sessions} sessions, {args.frame_ms:g} ms frames, {tokens_in} tokens in, WAV "
           f"load, {args.duration:g} s a run, in turns A-T-T-A; per run:")
     print("  model |    p50 ms   p95 ms silent | frames | steps/period | prefill steps/period "
-          "| frames/prefill step | step ms p50 | prefill step ms p50")
+          "| frames/prefill step | step ms p50 | prefill step ms p50 | frames/encoder pass")
     for label in ("audio", "text"):
         for r in results[label]:
             print(show(label, r))
