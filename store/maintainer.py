@@ -74,9 +74,13 @@ class Maintainer:
             rollback(con)
             con.unregister("_batch")
 
-    def maybe_compact(self, con, force: bool = False) -> None:
+    def maybe_compact(self, con, force: bool = False, before=None) -> None:
+        """Compact what was written since the last compaction, when it is due (or `force`);
+        `before()` is called first when it is (the writer's wait for an idle engine)."""
         if not self._dirty or (not force and time.monotonic() < self._next):
             return
+        if before is not None:
+            before()
         self._next = time.monotonic() + self.every_s
         for run_id, since in list(self._dirty.items()):
             try:

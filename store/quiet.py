@@ -43,3 +43,7 @@ class QuietWaits:
 
     def deadline(self) -> float:
         return time.monotonic() + self.budget_s
+
+    def wait(self) -> None:
+        """The writer thread: wait for every registered run to be idle, at most the budget."""
+        self.until(self.deadline())

@@ -2,10 +2,10 @@
 statement, then one plain INSERT per rollup table.
 
 Why: on the frame path a DuckDB statement costs its planning however few rows it reads, and
-delta_sql's are big (a CTE, a CASE per latency bin, every level joined in): with one DuckDB
-thread on a 2-core EPYC they took 6–16 ms of CPU each, ~50 ms a flush at one session of 80 ms
-frames, every half second, on the cores the engine's frames run on (benchmarks/
-writer_flush.py). The same aggregates over a few rows cost well under a millisecond here.
+delta_sql's are big (a CTE, a CASE per latency bin, every level joined in). With one DuckDB
+thread on a 2-core EPYC a flush of one session's half second took 54.7 ms of CPU with them and
+25.4 ms this way (benchmarks/writer_flush.py, docs/benchmarks/frame_floor.md), every half
+second, on the cores the engine's frames run on.
 
 The semantics are delta_sql's, NULLs included: a NaN is NULL (store/batches.py), a count
 FILTER counts only TRUE, `arg_max` skips NULL values, a row without a time is not rolled up.

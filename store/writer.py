@@ -27,8 +27,8 @@ from collections import defaultdict
 from contextlib import suppress
 
 from store.faults import first_line, is_storage_failure
-from store.quiet import QuietWaits
 from store.maintainer import Maintainer
+from store.quiet import QuietWaits
 from store.schema import TABLES
 
 logger = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ class StoreWriter:
                     return
             if time.monotonic() >= next_flush:
                 self._write_buffers(self.quiet.deadline())
-                self._rollups.maybe_compact(self._con)
+                self._rollups.maybe_compact(self._con, before=self.quiet.wait)
                 next_flush = time.monotonic() + self.flush_interval_s
 
     def _write_buffers(self, quiet_until: float | None = None) -> None:
