@@ -146,13 +146,18 @@ def test_a_live_w_change_and_a_rollover_on_audio(windowed, speech, store):  # no
 
 def test_unbounded_audio_sessions_walk_into_the_cliff(vllm_engines, store):
     engine = vllm_engines.get(RunConfig(**UNBOUNDED))
-    # The pool fills with the frames submitted, so a slower CPU (more frames skipped) gets
-    # there later: 4.32 s on a 2-core AVX2-only EPYC where 4 s had been the bound. The claim
-    # is the cliff within the run, with time after it for the silence to show.
     cfg = RunConfig(load="fixed", sessions=6, duration_s=8.0, tokens_out=4, **UNBOUNDED)
     s = Runner(cfg, engine, store).run()
     assert s.status == "finished", s.reason
     assert "white noise" in s.input and s.input_path == "audio encoder"
     assert s.max_occupancy >= 0.95
-    assert s.stalled is True and s.stall_at_s < cfg.duration_s - 2
-    assert s.silent_rate > 0.3 and s.silent_memory_frames > 0
+    # The cliff is the pool filling and the conversations going quiet for memory. Whether it
+    # ends in a full stall (no token for STALL_TICKS ticks) depends on timing. On a 2-core EPYC
+    # it stalled at 2.0-4.3 s; a CI run submitted 236 frames in 8 s with the pool >= 95 % full
+    # and never two quiet ticks (a guess at why, not seen: vLLM preempts a running session when
+    # a chunk finds no block, and the recompute of a preempted one lets tokens trickle out). So the claim is the silence and its cause; a stall, when there is one,
+    # must come with time left in the run for the silence to show.
+    assert s.silent_rate > 0.3, s
+    assert s.silent_memory_frames >= 0.3 * s.frames, s
+    if s.stalled:
+        assert s.stall_at_s < cfg.duration_s - 2, s
