@@ -40,7 +40,7 @@ def pct(values: list[float], q: float) -> float:
 
 async def _raw_session(llm, sid: int, frames: int, period_s: float, t0: float,
                        tokens_in: int, tokens_out: int, vocab: int, out: list[float],
-                       first: list[float]) -> None:
+                       first: list[float], sent: dict | None = None) -> None:
     from vllm import SamplingParams
     from vllm.engine.protocol import StreamingInput
     from vllm.inputs import TokensPrompt
@@ -54,6 +54,8 @@ async def _raw_session(llm, sid: int, frames: int, period_s: float, t0: float,
         for k in range(frames):
             await asyncio.sleep(max(0.0, t0 + k * period_s - time.perf_counter()))
             submitted.append(time.perf_counter())
+            if sent is not None:
+                sent.setdefault(k, []).append(submitted[-1])
             ids = [(sid * 7919 + k * tokens_in + j) % vocab for j in range(tokens_in)]
             yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=ids),
                                  sampling_params=params)
@@ -74,7 +76,8 @@ async def _raw_session(llm, sid: int, frames: int, period_s: float, t0: float,
 
 
 def raw_frames(engine, sessions: int, frame_ms: float, duration_s: float, tokens_in: int,
-               tokens_out: int, first: list[float] | None = None) -> list[float]:
+               tokens_out: int, first: list[float] | None = None,
+               sent: dict | None = None) -> list[float]:
     """Frame latencies in ms of `sessions` raw streaming requests on the engine's own loop;
     `first` (when given) gets each frame's first-token latency (inf: none)."""
     frames = int(duration_s * 1e3 / frame_ms)
@@ -87,7 +90,7 @@ def raw_frames(engine, sessions: int, frame_ms: float, duration_s: float, tokens
         t0 = time.perf_counter() + 0.05
         await asyncio.gather(*(
             _raw_session(engine._llm, sid, frames, frame_ms / 1e3, t0 + sid * 1e-3, tokens_in,
-                         tokens_out, engine.vocab_size, out, firsts[sid])
+                         tokens_out, engine.vocab_size, out, firsts[sid], sent)
             for sid in range(sessions)))
 
     asyncio.run_coroutine_threadsafe(drive(), engine._loop).result(timeout=duration_s + 120)
@@ -96,20 +99,58 @@ def raw_frames(engine, sessions: int, frame_ms: float, duration_s: float, tokens
     return out
 
 
+class StepTap:
+    """The engine steps taken while a driver runs, whoever drains them (a Metronome run's tick
+    drains them into its `steps` rows; raw and `notick` leave them to this tap):
+    `with StepTap(engine) as tap: ...`, then `tap.steps` (engine.contract.StepStats)."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.steps: list = []
+
+    def __enter__(self) -> "StepTap":
+        self.engine.drain_step_stats()  # an earlier driver's last steps are not this one's
+        drain = type(self.engine).drain_step_stats
+
+        def tee():
+            steps = drain(self.engine)
+            self.steps.extend(steps)
+            return steps
+
+        self.engine.drain_step_stats = tee
+        return self
+
+    def __exit__(self, *exc) -> None:
+        del self.engine.drain_step_stats
+        self.steps.extend(self.engine.drain_step_stats())
+
+    def per_period(self, frame_ms: float, duration_s: float) -> dict:
+        """Steps per frame period, the median step, and the decoding requests per step."""
+        periods = max(1.0, duration_s * 1e3 / frame_ms)
+        busy = [s for s in self.steps if s.gen_tokens > 0]
+        return {"steps_per_period": len(self.steps) / periods,
+                "step_ms_p50": pct([s.step_ms for s in self.steps], 0.5),
+                "gen_per_step": (sum(s.gen_tokens for s in busy) / len(busy)) if busy
+                else math.nan}
+
+
 class _Latencies:
     """An observer: every frame row's latency (inf: censored or never submitted) and how many
     frames were skipped (never submitted: the engine still owed the session's previous frame,
     a rule raw does not have: it queues every chunk)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sent: dict | None = None) -> None:
         self.ms: list[float] = []
         self.skipped = 0
+        self.sent = {} if sent is None else sent  # frame index → its sessions' submissions
 
     def observe(self, table: str, row: dict) -> None:
         if table == "frames":
             latency = row["latency_ms"]
             self.ms.append(math.inf if latency is None else latency)
             self.skipped += bool(row["skipped"])
+            if not row["skipped"]:
+                self.sent.setdefault(row["frame_idx"], []).append(row["t_submit"])
 
 
 class _DroppingWriter:
@@ -140,9 +181,9 @@ class _StoreView:
         return self._store.cursor()
 
 
-def metronome_frames(engine, config, store, mode: str = "full"):
+def metronome_frames(engine, config, store, mode: str = "full", sent: dict | None = None):
     """(frame latencies in ms, the run's RunSummary, the share of frames skipped) of a Runner
-    run in `mode` (MODES)."""
+    run in `mode` (MODES); `sent` (when given) gets each frame index's submission times."""
     from runtime import Runner
 
     if mode not in MODES:
@@ -155,7 +196,7 @@ def metronome_frames(engine, config, store, mode: str = "full"):
         cls = _NoTick
     view = store if mode in ("full", "notick", "db1") else _StoreView(store, _DroppingWriter(
         store.writer))
-    latencies = _Latencies()
+    latencies = _Latencies(sent)
     cur = store.cursor()
     (threads,) = cur.execute("SELECT current_setting('threads')").fetchone()
     if mode == "db1":
@@ -165,3 +206,11 @@ def metronome_frames(engine, config, store, mode: str = "full"):
     finally:
         cur.execute(f"SET threads = {int(threads)}")  # the store's count (store.db_threads)
     return latencies.ms, summary, latencies.skipped / max(1, len(latencies.ms))
+
+
+def spread_ms(sent: dict[int, list[float]]) -> float:
+    """Median over frame indices of the spread (last − first) of the sessions' submissions of
+    that frame, in ms: how far apart frames due at one instant reach the engine (frames
+    submitted by fewer than two sessions are left out)."""
+    spreads = [(max(ts) - min(ts)) * 1e3 for ts in sent.values() if len(ts) > 1]
+    return pct(spreads, 0.5)

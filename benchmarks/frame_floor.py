@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from floor_drivers import MODES, metronome_frames, pct, raw_frames  # noqa: E402
+from floor_drivers import (MODES, StepTap, metronome_frames, pct, raw_frames,  # noqa: E402
+                           spread_ms)
 
 
 def start(frame_ms: float, duration_s: float, dtype: str | None, bind: str | None):
@@ -75,22 +76,36 @@ def measure(engine, base, store, sessions, modes, runs: int, out=print) -> list[
     rows = []
     for run in range(runs):
         for n in sessions:
-            raw = raw_frames(engine, n, base.frame_ms, base.duration_s, base.tokens_in,
-                             base.tokens_out)
+            sent: dict = {}
+            with StepTap(engine) as tap:
+                raw = raw_frames(engine, n, base.frame_ms, base.duration_s, base.tokens_in,
+                                 base.tokens_out, sent=sent)
             rows.append({"run": run, "sessions": n, "driver": "raw", "p50": pct(raw, 0.5),
                          "p95": pct(raw, 0.95),
-                         "silent": sum(math.isinf(x) for x in raw) / max(1, len(raw))})
+                         "silent": sum(math.isinf(x) for x in raw) / max(1, len(raw)),
+                         "spread_ms": spread_ms(sent),
+                         **tap.per_period(base.frame_ms, base.duration_s)})
             for mode in modes:
-                ours, summary, skipped = metronome_frames(engine, replace(base, sessions=n),
-                                                          store, mode)
+                sent = {}
+                with StepTap(engine) as tap:
+                    ours, summary, skipped = metronome_frames(
+                        engine, replace(base, sessions=n), store, mode, sent=sent)
                 rows.append({"run": run, "sessions": n, "driver": mode, "p50": pct(ours, 0.5),
                              "p95": pct(ours, 0.95), "silent": summary.silent_rate or 0.0,
-                             "skipped": skipped, "rows_lost": summary.rows_lost})
+                             "skipped": skipped, "rows_lost": summary.rows_lost,
+                             "spread_ms": spread_ms(sent),
+                             **tap.per_period(base.frame_ms, base.duration_s)})
             line = " · ".join(f"{r['driver']} {_ms(r['p50'], base.budget)}/"
                               f"{_ms(r['p95'], base.budget)}"
                               for r in rows if r["run"] == run and r["sessions"] == n)
+            steps = " · ".join(f"{r['driver']} {r['spread_ms']:.1f}/{r['steps_per_period']:.2f}/"
+                               f"{r['step_ms_p50']:.1f}/{r['gen_per_step']:.2f}"
+                               for r in rows if r["run"] == run and r["sessions"] == n)
             out(f"run {run + 1} · {n} sessions · p50/p95 ms: {line} · load "
                 f"{os.getloadavg()[0]:.2f}")
+            out(f"    submit spread ms p50 / engine steps per period / step ms p50 / decoding "
+                f"requests per step: "
+                f"{steps}")
     return rows
 
 

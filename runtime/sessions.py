@@ -149,7 +149,7 @@ class Sessions:
         next_at = session.start + session.frame_idx * self._frame_s
         if session.origin == ORIGIN and session.frames.backlog():
             next_at = min(next_at, t_rel + self._frame_s / 8)  # late audio came in a burst
-        if not may_submit(session.inflight, session.ahead, now):
+        if not may_submit(session.inflight, session.ahead, now, cfg.tokens_out, self._budget_s):
             self._record(session, idx, t_rel, None, now)  # skipped: never submitted
             return next_at
         ahead = session.inflight if owed(session.inflight, now) else None  # queued behind it

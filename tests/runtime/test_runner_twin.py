@@ -106,3 +106,43 @@ def test_operator_stop_ends_the_run_as_aborted(store):
     runner.stop("test stop")
     s = runner.run()
     assert s.status == "aborted" and s.reason == "test stop"
+
+
+def test_one_instant_s_frames_are_submitted_in_one_hand_over(store):
+    # A fixed load's sessions are due at the same instants: the run loop submits each
+    # instant's frames inside one `engine.submitting()` block (engine/handover.py), so a backend
+    # can hand them to its engine together; staggered sessions are due apart, one per block.
+    import contextlib
+
+    class Counting(TwinEngine):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.blocks: list[int] = []  # submits per block
+            self.outside = 0  # submits outside any block
+            self.inside = False
+
+        def submit(self, *a, **kw):
+            if self.inside:
+                self.blocks[-1] += 1
+            else:
+                self.outside += 1
+            return super().submit(*a, **kw)
+
+        @contextlib.contextmanager
+        def submitting(self):
+            self.blocks.append(0)
+            self.inside = True
+            try:
+                yield
+            finally:
+                self.inside = False
+
+    for stagger, most in ((False, 4), (True, 1)):
+        cfg = RunConfig(engine="twin", pool_blocks=256, sessions=4, duration_s=2.0,
+                        frame_ms=80.0, policy="window", window=64, stagger=stagger)
+        engine = Counting(cfg.engine_config())
+        s = Runner(cfg, engine, store).run()
+        assert s.status == "finished" and s.silent_frames == 0
+        # (frames cut off by the run's end before their deadline are submitted, not recorded)
+        assert engine.outside == 0 and sum(engine.blocks) >= s.frames, stagger
+        assert max(engine.blocks) == most, stagger

@@ -92,6 +92,24 @@ def test_a_frame_is_skipped_behind_two_owed_frames():
     assert [r["frame_idx"] for r in rec.writer.rows["frames"] if r["skipped"]] == [2]
 
 
+def test_a_frame_two_steps_behind_queues_when_the_pace_lets_it_keep_its_budget():
+    # 4 tokens out, an 80 ms budget. Frame 0 two tokens short at the next frame time:
+    # at 8 ms a token, (2 left + 4 own) x 8 = 48 ms <= 80: queued behind it; at 15 ms a
+    # token, 90 ms > 80: skipped; two tokens at one instant (no pace): skipped.
+    for gap_s, queued in ((0.008, True), (0.015, False), (0.0, False)):
+        sessions, engine, rec, g = _sessions()
+        _open(sessions, g, 1)
+        sessions.on_frame(1, 0.0)
+        first = engine.submitted[0][2]
+        first.add_tokens(1, 0.06)
+        first.add_tokens(1, 0.06 + gap_s)
+        engine.clock = FRAME_S
+        sessions.on_frame(1, FRAME_S)
+        assert len(engine.submitted) == (2 if queued else 1), gap_s
+        skipped = [r["frame_idx"] for r in rec.writer.rows["frames"] if r["skipped"]]
+        assert skipped == ([] if queued else [1]), gap_s
+
+
 def test_the_tick_counts_tokens_out_and_frames_owed_per_rank():
     sessions, engine, _, g = _sessions(engine=ScriptedEngine(ranks=2, place={1: 0, 2: 1}))
     _open(sessions, g, 1)
