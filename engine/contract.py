@@ -7,7 +7,6 @@ never an exception; misuse (unknown session, bad policy) is a ValueError.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 import threading
@@ -270,10 +269,6 @@ class Engine(ABC):
                audio: list | None = None) -> FrameHandle:
         """Hand one frame to an open session; misuse is a ValueError (see `check_frame`).
         An audio-in engine takes `audio` too: one float32 array per frame in `token_ids`."""
-
-    def submitting(self) -> contextlib.AbstractContextManager:
-        """Around one instant's submits: a backend may hand them over together (handover.py)."""
-        return contextlib.nullcontext()
 
     def input_stats(self) -> dict[str, float]:
         """An audio-in engine's encoder counts since it started (encoder_passes,

@@ -1,11 +1,12 @@
 """The vLLM backend: one AsyncLLM, one streaming-input request per session, one chunk per frame.
 
 Threads: the engine's asyncio loop runs in its own thread ("metronome-vllm"); the runtime calls
-`submit/open/close` from its thread, which hand work over with `call_soon_threadsafe` (one
-instant's frames in one call: engine/handover.py). Frame results flow back through FrameHandle
-objects stamped with `perf_counter` times, by each session's stream consumer.
+`submit/open/close` from its thread, which hand work over with `call_soon_threadsafe`. Frame
+results flow back through FrameHandle objects stamped with `perf_counter` times, by each
+session's stream consumer (engine/vllm_stream.py).
 
-Pool stats: a `StatLoggerBase` vLLM calls each step (its classes are read in vllm_stats.py only).
+Pool stats come from a `StatLoggerBase` that vLLM calls once per engine step (the stats classes
+are not a stable API, so engine/vllm_stats.py is the only place that reads them).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from engine.audio_plugin import AudioWindowUnsupported, version_refusal
 from engine.config import EngineConfig, dp_ranks
 from engine.contract import (CLOSED, Engine, FrameHandle, KVPolicy, PoolStats, StepStats,
                              applied, check_frame)
-from engine.handover import Handover
 from engine.models import model_info, resolve_model
 from engine.sinks.support import check_vllm_version, refusals_surface
 from engine.vllm_args import cuda_available
@@ -84,7 +84,6 @@ class VLLMEngine(Engine):
         self._error: str | None = None
         self._llm = None
         self._loop = asyncio.new_event_loop()
-        self._handover = Handover(self._loop)
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run_loop, name="metronome-vllm", daemon=True)
@@ -245,11 +244,9 @@ class VLLMEngine(Engine):
         if self._error is not None:
             handle.finish(time.perf_counter(), self._error)
             return handle
-        self._handover.put(session.inputs, (prompt, len(token_ids), handle))
+        self._loop.call_soon_threadsafe(session.inputs.put_nowait,
+                                        (prompt, len(token_ids), handle))
         return handle
-
-    def submitting(self):
-        return self._handover.held()
 
     def input_stats(self) -> dict[str, float]:
         counts = self.encoder_counts()

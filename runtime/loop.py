@@ -170,8 +170,9 @@ class Runner:
                     self.inlet.poll(self, t_rel)
                     self._push(t_rel + self.inlet.poll_s, "poll", 0)
                 else:
-                    with self.engine.submitting():  # one hand-over for the instant's frames
-                        self._frames_at(t_rel, payload)
+                    next_at = self.sessions.on_frame(payload, t_rel)
+                    if next_at is not None:
+                        self._push(next_at, "frame", payload)
             if self._stop.is_set():
                 status, reason = "aborted", self._stop_reason
             else:
@@ -221,16 +222,6 @@ class Runner:
         except ValueError as exc:
             self.recorder.event(t_rel, "param_rejected", setting=change.key,
                                 new=str(change.value), reason=str(exc))
-
-    def _frames_at(self, t_rel: float, session_id: int) -> None:
-        """This frame, then every other frame due at the same instant (a fixed load's)."""
-        while True:
-            next_at = self.sessions.on_frame(session_id, t_rel)
-            if next_at is not None:
-                self._push(next_at, "frame", session_id)
-            if not self._heap or self._heap[0][3] != "frame" or self._heap[0][0] > t_rel:
-                return
-            session_id = heapq.heappop(self._heap)[4]
 
     def _push(self, t_rel: float, kind: str, payload) -> None:
         # Equal times are ordered by _ORDER: a due change, then the tick, then arrivals, frames.
