@@ -106,4 +106,3 @@ def test_operator_stop_ends_the_run_as_aborted(store):
     runner.stop("test stop")
     s = runner.run()
     assert s.status == "aborted" and s.reason == "test stop"
-
