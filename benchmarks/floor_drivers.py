@@ -2,7 +2,8 @@
 
 - `raw_frames`: vLLM's own async API alone: N streaming-input requests (the API Metronome
   drives), each appending `tokens_in` tokens every frame period and waiting for `tokens_out`,
-  driven by a bare asyncio loop on the engine's thread: no run loop, no store, no ticks.
+  driven by a bare asyncio loop on the engine's thread: no run loop, no store, no ticks (each
+  chunk is noted to the engine's step probe, a lock and an add, so StepTap counts its steps).
 - `metronome_frames`: the same load through `Runner`, with suspects switched off by `mode`
   (MODES) so each one's share is measured, not guessed:
     full     the product as it runs (sessions, recorder, telemetry, the DuckDB writer)
@@ -40,7 +41,7 @@ def pct(values: list[float], q: float) -> float:
 
 async def _raw_session(llm, sid: int, frames: int, period_s: float, t0: float,
                        tokens_in: int, tokens_out: int, vocab: int, out: list[float],
-                       first: list[float], sent: dict | None = None) -> None:
+                       first: list[float], sent: dict | None = None, probe=None) -> None:
     from vllm import SamplingParams
     from vllm.engine.protocol import StreamingInput
     from vllm.inputs import TokensPrompt
@@ -56,6 +57,8 @@ async def _raw_session(llm, sid: int, frames: int, period_s: float, t0: float,
             submitted.append(time.perf_counter())
             if sent is not None:
                 sent.setdefault(k, []).append(submitted[-1])
+            if probe is not None:
+                probe.note_handover(tokens_in)  # as Metronome's consumer does (StepTap)
             ids = [(sid * 7919 + k * tokens_in + j) % vocab for j in range(tokens_in)]
             yield StreamingInput(prompt=TokensPrompt(prompt_token_ids=ids),
                                  sampling_params=params)
@@ -90,7 +93,8 @@ def raw_frames(engine, sessions: int, frame_ms: float, duration_s: float, tokens
         t0 = time.perf_counter() + 0.05
         await asyncio.gather(*(
             _raw_session(engine._llm, sid, frames, frame_ms / 1e3, t0 + sid * 1e-3, tokens_in,
-                         tokens_out, engine.vocab_size, out, firsts[sid], sent)
+                         tokens_out, engine.vocab_size, out, firsts[sid], sent,
+                         engine._probe)
             for sid in range(sessions)))
 
     asyncio.run_coroutine_threadsafe(drive(), engine._loop).result(timeout=duration_s + 120)
@@ -102,7 +106,12 @@ def raw_frames(engine, sessions: int, frame_ms: float, duration_s: float, tokens
 class StepTap:
     """The engine steps taken while a driver runs, whoever drains them (a Metronome run's tick
     drains them into its `steps` rows; raw and `notick` leave them to this tap):
-    `with StepTap(engine) as tap: ...`, then `tap.steps` (engine.contract.StepStats)."""
+    `with StepTap(engine) as tap: ...`, then `tap.steps` (engine.contract.StepStats).
+
+    The engine's probe times a step that follows an idle engine from the hand-over of the work
+    it does (`note_handover`, which Metronome's stream consumer calls for each chunk); a step
+    with no hand-over noted is not recorded. So the raw driver notes its chunks the same way,
+    or its first step after each idle gap (a period's first) would be missing from its count."""
 
     def __init__(self, engine) -> None:
         self.engine = engine
