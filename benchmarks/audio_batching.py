@@ -2,16 +2,21 @@
 calibration found audio-tiny serving 6 sessions where its own LM as a text model serves 36.)
 
 Each model (audio-tiny and its LM alone, both from seed 0) serves the same WAV load through
-`Runner` (audio_model.py's `run`: window W=256 S=32, 4 tokens out) at the given sessions and period, one run each,
+`Runner` (audio_model.py's `run`: window W=256 S=32, 4 tokens out) at the given sessions and
+period, one run each,
 in turns audio-text-text-audio; then the run's `steps` rows (each vLLM step's prompt and
 generated tokens, as the engine probe reports them) say how the frames were batched:
 
-- prefill steps per frame period: steps that took any prompt tokens (a frame's chunk enters
-  the engine in such a step; text frames that arrive together share one);
-- frames per prefill step: frames submitted (not skipped) over those steps (1.0: every
-  frame alone);
-- steps per frame period, the median step time, and the median time of a prefill step (the
-  one step every frame of a batch waits for: its chunks' encoder passes run in it);
+- hand-over steps per frame period: steps charged with prompt tokens. The engine probe
+  (engine/vllm_stats.py) charges every chunk handed over since the last step to the next step
+  to end, whether or not the chunk reached the engine core before that step began; so a
+  hand-over step is where the frames were *counted*, not where they were computed;
+- frames per hand-over step: frames submitted (not skipped) over those steps;
+- requests in a step after idle (median): the tokens out of a step that follows an idle engine,
+  one per request in it: the chunks that reached the engine core before it started that step.
+  The core starts a step on the first chunk it has; chunks rendered after that wait for the
+  next step (vLLM renders each on its event loop, one after another);
+- steps per frame period, the median step time, and the median time of a hand-over step;
 - for the audio model, encoder frames per encoder pass (1.0: the tower ran once per frame;
   more: one call took several sessions' frames).
 
@@ -44,8 +49,9 @@ def one_run(engine, model: str, args, tokens_in: int, wav_dir: Path, store) -> d
         [summary.run_id]).fetchone()
     # The engine's steps before the run's first frame (an earlier run's last, drained by this
     # run's first poll) are not this run's: both clocks are the engine's.
-    rows = cur.execute("SELECT t, step_ms, prompt_tokens FROM steps WHERE run_id = ? AND t >= ? "
-                       "ORDER BY t", [summary.run_id, first_submit]).fetchall()
+    rows = cur.execute("SELECT t, step_ms, prompt_tokens, gen_tokens, running FROM steps "
+                       "WHERE run_id = ? AND t >= ? ORDER BY t",
+                       [summary.run_id, first_submit]).fetchall()
     assert rows, f"run {summary.run_id} recorded no steps"
     span_s = rows[-1][0] - first_submit
     periods = max(1.0, span_s * 1e3 / args.frame_ms)
@@ -57,6 +63,8 @@ def one_run(engine, model: str, args, tokens_in: int, wav_dir: Path, store) -> d
             "frames_per_prefill_step": submitted / len(prefill) if prefill else None,
             "step_ms_p50": statistics.median(r[1] for r in rows),
             "prefill_step_ms_p50": statistics.median(r[1] for r in prefill) if prefill else None,
+            "first_step_requests": statistics.median(
+                [r[3] for prev, r in zip(rows, rows[1:]) if prev[4] == 0] or [0]),
             "frames_per_pass": (summary.audio.encoder_frames / summary.audio.encoder_passes
                                 if summary.audio and summary.audio.encoder_passes else None)}
 
@@ -67,10 +75,11 @@ def show(label: str, r: dict) -> str:
 
     silent = "-" if r["silent"] is None else f"{r['silent']:.3f}"
     per_step = "-" if r["frames_per_prefill_step"] is None else \
-        f"{r['frames_per_prefill_step']:.2f}"  # no prefill step recorded: unknown
+        f"{r['frames_per_prefill_step']:.2f}"  # no hand-over step recorded: unknown
     return (f"  {label:>5} | {ms(r['p50_ms']):>8} {ms(r['p95_ms']):>8} {silent:>6} | "
             f"{r['frames']:>6} | {r['steps_per_period']:>6.2f} | "
             f"{r['prefill_steps_per_period']:>6.2f} | {per_step:>6} | "
+            f"{r['first_step_requests']:>4g} | "
             f"{r['step_ms_p50']:>6.1f} | {ms(r['prefill_step_ms_p50']):>6} | "
             f"{'-' if r['frames_per_pass'] is None else format(r['frames_per_pass'], '.2f'):>6}")
 
@@ -115,8 +124,9 @@ def main() -> None:
         store.close()
     print(f"{args.sessions} sessions, {args.frame_ms:g} ms frames, {tokens_in} tokens in, WAV "
           f"load, {args.duration:g} s a run, in turns A-T-T-A; per run:")
-    print("  model |    p50 ms   p95 ms silent | frames | steps/period | prefill steps/period "
-          "| frames/prefill step | step ms p50 | prefill step ms p50 | frames/encoder pass")
+    print("  model |    p50 ms   p95 ms silent | frames | steps/period | hand-over steps/period "
+          "| frames/hand-over step | requests in a step after idle | step ms p50 "
+          "| hand-over step ms p50 | frames/encoder pass")
     for label in ("audio", "text"):
         for r in results[label]:
             print(show(label, r))

@@ -134,10 +134,14 @@ class StepTap:
         self.steps.extend(self.engine.drain_step_stats())
 
     def per_period(self, frame_ms: float, duration_s: float) -> dict:
-        """Steps per frame period, the median step, and the decoding requests per step."""
+        """Steps per frame period, the median step, the decoding requests per step, and the
+        requests in a step that follows an idle engine (a period's first: those whose chunk
+        reached the engine core before it started the step)."""
         periods = max(1.0, duration_s * 1e3 / frame_ms)
         busy = [s for s in self.steps if s.gen_tokens > 0]
+        first = [s.gen_tokens for prev, s in zip(self.steps, self.steps[1:]) if prev.running == 0]
         return {"steps_per_period": len(self.steps) / periods,
+                "first_step_requests": pct(first, 0.5),
                 "step_ms_p50": pct([s.step_ms for s in self.steps], 0.5),
                 "gen_per_step": (sum(s.gen_tokens for s in busy) / len(busy)) if busy
                 else math.nan}

@@ -99,12 +99,13 @@ def measure(engine, base, store, sessions, modes, runs: int, out=print) -> list[
                               f"{_ms(r['p95'], base.budget)}"
                               for r in rows if r["run"] == run and r["sessions"] == n)
             steps = " · ".join(f"{r['driver']} {r['spread_ms']:.1f}/{r['steps_per_period']:.2f}/"
-                               f"{r['step_ms_p50']:.1f}/{r['gen_per_step']:.2f}"
+                               f"{r['step_ms_p50']:.1f}/{r['gen_per_step']:.2f}/"
+                               f"{r['first_step_requests']:g}"
                                for r in rows if r["run"] == run and r["sessions"] == n)
             out(f"run {run + 1} · {n} sessions · p50/p95 ms: {line} · load "
                 f"{os.getloadavg()[0]:.2f}")
             out(f"    submit spread ms p50 / engine steps per period / step ms p50 / decoding "
-                f"requests per step: "
+                f"requests per step / requests in a step after idle, p50: "
                 f"{steps}")
     return rows
 
