@@ -3,9 +3,9 @@ calibration found audio-tiny serving 6 sessions where its own LM as a text model
 
 Each model (audio-tiny and its LM alone, both from seed 0) serves the same WAV load through
 `Runner` (audio_model.py's `run`: window W=256 S=32, 4 tokens out) at the given sessions and
-period, one run each,
-in turns audio-text-text-audio; then the run's `steps` rows (each vLLM step's prompt and
-generated tokens, as the engine probe reports them) say how the frames were batched:
+period, one run each, in turns audio-text-text-audio; then the run's `steps` rows (each vLLM
+step's prompt and generated tokens, as the engine probe reports them) say how the frames were
+batched:
 
 - hand-over steps per frame period: steps charged with prompt tokens. The engine probe
   (engine/vllm_stats.py) charges every chunk handed over since the last step to the next step
