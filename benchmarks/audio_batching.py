@@ -18,7 +18,11 @@ batched:
   next step (vLLM renders each on its event loop, one after another);
 - steps per frame period, the median step time, and the median time of a hand-over step;
 - for the audio model, encoder frames per encoder pass (1.0: the tower ran once per frame;
-  more: one call took several sessions' frames).
+  more: one call took several sessions' frames);
+- vLLM's render of a chunk (`process_inputs`, inline on the engine's event loop before the
+  chunk goes to the engine core; RenderTap): its median time, and how far apart the renders of
+  one period's chunks end (first to last, median over periods): how long the last chunk of a
+  tick reaches the core after the first.
 
     PYTHONPATH=. .venv/bin/python benchmarks/audio_batching.py [--sessions 6] [--frame-ms 160]
         [--duration 10]
@@ -27,10 +31,12 @@ batched:
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -39,9 +45,55 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from audio_model import lm_only, load_average, machine, run, speech_dir  # noqa: E402
 
 
+class RenderTap:
+    """vLLM's render of each streaming chunk (`input_processor.process_inputs` with
+    `resumable=True`, called inline on the engine's event loop before the chunk is sent to the
+    engine core): its (start, end) perf_counter times while the block runs."""
+
+    def __init__(self, engine) -> None:
+        self.processor = engine._llm.input_processor
+        self.calls: list[tuple[float, float]] = []
+
+    def __enter__(self) -> "RenderTap":
+        render = type(self.processor).process_inputs
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return render(self.processor, *args, **kwargs)
+            finally:
+                if kwargs.get("resumable"):
+                    self.calls.append((start, time.perf_counter()))
+
+        self.processor.process_inputs = timed
+        return self
+
+    def __exit__(self, *exc) -> None:
+        del self.processor.process_inputs
+
+    def figures(self, frame_ms: float) -> dict:
+        """The median render of a chunk, and the median spread (first to last render's end)
+        of the chunks of one period: renders whose ends lie within a quarter period of the
+        previous one's are one period's."""
+        if not self.calls:
+            return {"render_ms_p50": math.nan, "render_spread_ms_p50": math.nan}
+        ends = sorted(end for _, end in self.calls)
+        groups, group = [], [ends[0]]
+        for t in ends[1:]:
+            if t - group[-1] > frame_ms / 4e3:
+                groups.append(group)
+                group = []
+            group.append(t)
+        groups.append(group)
+        spreads = [(g[-1] - g[0]) * 1e3 for g in groups if len(g) > 1]
+        return {"render_ms_p50": statistics.median((e - s) * 1e3 for s, e in self.calls),
+                "render_spread_ms_p50": statistics.median(spreads) if spreads else math.nan}
+
+
 def one_run(engine, model: str, args, tokens_in: int, wav_dir: Path, store) -> dict:
-    summary = run(engine, model, args.sessions, wav_dir, args.duration, store,
-                  frame_ms=args.frame_ms, tokens_in=tokens_in)
+    with RenderTap(engine) as tap:
+        summary = run(engine, model, args.sessions, wav_dir, args.duration, store,
+                      frame_ms=args.frame_ms, tokens_in=tokens_in)
     store.writer.flush(30.0)
     cur = store.cursor()
     submitted, first_submit = cur.execute(
@@ -66,7 +118,8 @@ def one_run(engine, model: str, args, tokens_in: int, wav_dir: Path, store) -> d
             "first_step_requests": statistics.median(
                 [r[3] for prev, r in zip(rows, rows[1:]) if prev[4] == 0] or [0]),
             "frames_per_pass": (summary.audio.encoder_frames / summary.audio.encoder_passes
-                                if summary.audio and summary.audio.encoder_passes else None)}
+                                if summary.audio and summary.audio.encoder_passes else None),
+            **tap.figures(args.frame_ms)}
 
 
 def show(label: str, r: dict) -> str:
@@ -81,7 +134,8 @@ def show(label: str, r: dict) -> str:
             f"{r['prefill_steps_per_period']:>6.2f} | {per_step:>6} | "
             f"{r['first_step_requests']:>4g} | "
             f"{r['step_ms_p50']:>6.1f} | {ms(r['prefill_step_ms_p50']):>6} | "
-            f"{'-' if r['frames_per_pass'] is None else format(r['frames_per_pass'], '.2f'):>6}")
+            f"{'-' if r['frames_per_pass'] is None else format(r['frames_per_pass'], '.2f'):>6} | "
+            f"{r['render_ms_p50']:>5.2f} | {r['render_spread_ms_p50']:>5.1f}")
 
 
 def main() -> None:
@@ -126,7 +180,8 @@ def main() -> None:
           f"load, {args.duration:g} s a run, in turns A-T-T-A; per run:")
     print("  model |    p50 ms   p95 ms silent | frames | steps/period | hand-over steps/period "
           "| frames/hand-over step | requests in a step after idle | step ms p50 "
-          "| hand-over step ms p50 | frames/encoder pass")
+          "| hand-over step ms p50 | frames/encoder pass | render ms a chunk p50 "
+          "| a period's renders, first to last, ms p50")
     for label in ("audio", "text"):
         for r in results[label]:
             print(show(label, r))
