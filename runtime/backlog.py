@@ -25,7 +25,7 @@ from engine.contract import FrameHandle
 
 
 def may_submit(previous: FrameHandle | None, ahead: FrameHandle | None, now: float,
-               max_new: int = 1, budget_s: float = 0.0) -> bool:
+               max_new: int, budget_s: float) -> bool:
     """True: submit now (the engine queues it behind `previous` if that is still owed).
     `ahead`: the frame `previous` was itself queued behind (None if it was not); `max_new` and
     `budget_s`: this frame's tokens and deadline, for the pace rule."""
