@@ -24,8 +24,12 @@ batched:
   one period's chunks end (first to last, median over periods): how long the last chunk of a
   tick reaches the core after the first.
 
+`--vllm-render` adds the audio model on vLLM's own render of a chunk (engine/audio_render.py's
+frame path off; label audio-v), in turns audio, audio-v, text, text, audio-v, audio on the same
+engines, so the frame path's effect is read side by side.
+
     PYTHONPATH=. .venv/bin/python benchmarks/audio_batching.py [--sessions 6] [--frame-ms 160]
-        [--duration 10]
+        [--duration 10] [--vllm-render]
 """
 
 from __future__ import annotations
@@ -129,7 +133,7 @@ def show(label: str, r: dict) -> str:
     silent = "-" if r["silent"] is None else f"{r['silent']:.3f}"
     per_step = "-" if r["frames_per_prefill_step"] is None else \
         f"{r['frames_per_prefill_step']:.2f}"  # no hand-over step recorded: unknown
-    return (f"  {label:>5} | {ms(r['p50_ms']):>8} {ms(r['p95_ms']):>8} {silent:>6} | "
+    return (f"  {label:>7} | {ms(r['p50_ms']):>8} {ms(r['p95_ms']):>8} {silent:>6} | "
             f"{r['frames']:>6} | {r['steps_per_period']:>6.2f} | "
             f"{r['prefill_steps_per_period']:>6.2f} | {per_step:>6} | "
             f"{r['first_step_requests']:>4g} | "
@@ -143,6 +147,9 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=6)
     parser.add_argument("--frame-ms", type=float, default=160.0)
     parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--vllm-render", action="store_true",
+                        help="also run the audio model on vLLM's own render of a chunk "
+                             "(engine/audio_render.py off: label audio-v), side by side")
     args = parser.parse_args()
     if args.sessions < 1 or args.duration <= 0 or args.frame_ms <= 0:
         parser.error("--sessions ≥ 1, --duration > 0 and --frame-ms > 0")
@@ -152,6 +159,7 @@ def main() -> None:
     from engine import EngineConfig, KVPolicy, create_engine
     from engine.audio_input import audio_input
     from engine.audio_model import build_audio_tiny
+    from engine.audio_render import use_frame_path
     from store import Store
 
     print(f"machine: {machine()}; load average at start: {load_average()}")
@@ -167,22 +175,29 @@ def main() -> None:
                                                          policy=policy,
                                                          frame_ms=args.frame_ms))
                for label, path in paths.items()}
-    results: dict[str, list[dict]] = {"audio": [], "text": []}
+    results: dict[str, list[dict]] = {"audio": [], "audio-v": [], "text": []}
+    turns = ("audio", "audio-v", "text", "text", "audio-v", "audio") if args.vllm_render \
+        else ("audio", "text", "text", "audio")
+    processor = engines["audio"]._llm.renderer.get_mm_processor()
     try:
-        for label in ("audio", "text", "text", "audio"):
-            results[label].append(one_run(engines[label], str(engines[label].model_path),
-                                          args, tokens_in, wav_dir, store))
+        for label in turns:
+            engine = engines[label.split("-")[0]]
+            use_frame_path(processor, label != "audio-v")
+            results[label].append(one_run(engine, str(engine.model_path), args, tokens_in,
+                                          wav_dir, store))
+        use_frame_path(processor, True)
     finally:
         for engine in engines.values():
             engine.shutdown()
         store.close()
     print(f"{args.sessions} sessions, {args.frame_ms:g} ms frames, {tokens_in} tokens in, WAV "
-          f"load, {args.duration:g} s a run, in turns A-T-T-A; per run:")
+          f"load, {args.duration:g} s a run, in turns {'-'.join(turns)}; per run (audio-v: the "
+          "audio model on vLLM's own render of a chunk):")
     print("  model |    p50 ms   p95 ms silent | frames | steps/period | hand-over steps/period "
           "| frames/hand-over step | requests in a step after idle | step ms p50 "
           "| hand-over step ms p50 | frames/encoder pass | render ms a chunk p50 "
           "| a period's renders, first to last, ms p50")
-    for label in ("audio", "text"):
+    for label in ("audio", "audio-v", "text"):
         for r in results[label]:
             print(show(label, r))
     print(f"load average at the end: {load_average()}")

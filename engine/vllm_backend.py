@@ -26,6 +26,7 @@ from engine import vllm_args
 from engine.audio_input import (AUDIO_ENCODER, audio_input, entry_point_refusal, is_audio_model,
                                 undriven_refusal)
 from engine.audio_features import install as install_frame_features
+from engine.audio_render import install as install_frame_render
 from engine.audio_plugin import AudioWindowUnsupported, version_refusal
 from engine.config import EngineConfig, dp_ranks
 from engine.contract import (CLOSED, Engine, FrameHandle, KVPolicy, PoolStats, StepStats,
@@ -129,8 +130,9 @@ class VLLMEngine(Engine):
             refusal = version_refusal() or entry_point_refusal()
             if refusal:
                 raise AudioWindowUnsupported(refusal)
-            # vLLM's input processor extracts each frame's features in this process.
+            # vLLM's input processor renders each frame (its features) in this process.
             install_frame_features()
+            install_frame_render()
         surface = contextlib.nullcontext()
         if policy.kind == "window":
             # The plugin installs nothing on another vLLM version: refused here, in one line,

