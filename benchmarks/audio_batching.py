@@ -200,7 +200,33 @@ def main() -> None:
     for label in ("audio", "audio-v", "text"):
         for r in results[label]:
             print(show(label, r))
+    print("  median over a model's runs (a censored p50 or p95 counts as above every other):")
+    medians = {label: {q: median_ms([r[q] for r in rs]) for q in ("p50_ms", "p95_ms")}
+               for label, rs in results.items() if rs}
+    for label, m in medians.items():
+        print(f"  {label:>7} | p50 {fmt_ms(m['p50_ms'])} p95 {fmt_ms(m['p95_ms'])}")
+    for a, b in (("audio", "text"), ("audio-v", "audio")):
+        if a in medians and b in medians:
+            print(f"  {a}/{b}: p50 {ratio(medians[a]['p50_ms'], medians[b]['p50_ms'])}, "
+                  f"p95 {ratio(medians[a]['p95_ms'], medians[b]['p95_ms'])}")
     print(f"load average at the end: {load_average()}")
+
+
+def median_ms(values: list) -> float | None:
+    """The median of latencies where None (censored at the budget) sorts above every value;
+    None when the median itself is censored."""
+    ranked = sorted(values, key=lambda v: math.inf if v is None else v)
+    n = len(ranked)
+    mid = ranked[(n - 1) // 2: n // 2 + 1]
+    return None if None in mid else statistics.mean(mid)
+
+
+def fmt_ms(v: float | None) -> str:
+    return "> budget" if v is None else f"{v:.1f}"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None else f"{a / b:.2f}x"
 
 
 if __name__ == "__main__":
