@@ -84,7 +84,8 @@ def _same(fast, stock) -> str | None:
             return f"{key}: present {a is not None} vs {b is not None}"
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"{key}: {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}"
-        # float32 rounding: the frame log-mel is numpy's, the extractor's torch's
+        # Within float32 rounding, not bit-equal: should one path's extractor call fall back to
+        # the extractor's own torch STFT (engine/audio_features.py), the two differ in rounding.
         if not np.allclose(a.float().numpy(), b.float().numpy(), atol=1e-4):
             return f"{key}: values differ"
     return None
