@@ -193,7 +193,7 @@ def main() -> None:
     print(f"{args.sessions} sessions, {args.frame_ms:g} ms frames, {tokens_in} tokens in, WAV "
           f"load, {args.duration:g} s a run, in turns {'-'.join(turns)}; per run (audio-v: the "
           "audio model on vLLM's own render of a chunk):")
-    print("  model |    p50 ms   p95 ms silent | frames | steps/period | hand-over steps/period "
+    print("    model |    p50 ms   p95 ms silent | frames | steps/period | hand-over steps/period "
           "| frames/hand-over step | requests in a step after idle | step ms p50 "
           "| hand-over step ms p50 | frames/encoder pass | render ms a chunk p50 "
           "| a period's renders, first to last, ms p50")
