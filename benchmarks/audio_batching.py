@@ -159,7 +159,7 @@ def main() -> None:
     from engine import EngineConfig, KVPolicy, create_engine
     from engine.audio_input import audio_input
     from engine.audio_model import build_audio_tiny
-    from engine.audio_render import use_frame_path
+    from engine.audio_render import frame_path_checked, use_frame_path
     from store import Store
 
     print(f"machine: {machine()}; load average at start: {load_average()}")
@@ -185,6 +185,9 @@ def main() -> None:
             use_frame_path(processor, label != "audio-v")
             results[label].append(one_run(engine, str(engine.model_path), args, tokens_in,
                                           wav_dir, store))
+            # "audio" is the frame path only where it matched vLLM's (else vLLM's path served)
+            assert label != "audio" or frame_path_checked(processor) is True, \
+                "the frame render did not match vLLM's: the audio runs are on vLLM's path"
         use_frame_path(processor, True)
     finally:
         for engine in engines.values():

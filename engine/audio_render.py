@@ -30,6 +30,7 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 _MARK = "_metronome_frame_render"
+_OFF = "_metronome_frame_render_off"
 _EXTRACTOR = "_metronome_feature_extractor"
 FIELDS = ("input_features", "feature_attention_mask")  # what vLLM keeps of the processor's output
 
@@ -102,7 +103,8 @@ def install() -> None:
     @functools.wraps(original)
     def main(self, mm_items, hf_kwargs):
         state = self.__dict__.get(_MARK)  # None: unchecked; True: checked; False: stock only
-        frame = None if state is False else _frame_audio(self, mm_items, hf_kwargs)
+        off = state is False or self.__dict__.get(_OFF, False)
+        frame = None if off else _frame_audio(self, mm_items, hf_kwargs)
         if frame is None:
             return original(self, mm_items, hf_kwargs)
         audios, window = frame
@@ -123,6 +125,13 @@ def install() -> None:
 
 
 def use_frame_path(processor, on: bool) -> None:
-    """Put `processor` on the frame path (checked against vLLM's again on its next frame) or
-    keep it on vLLM's own (benchmarks time the two side by side)."""
-    processor.__dict__[_MARK] = None if on else False
+    """Let `processor` take the frame path (where its check passed, or on its next frame's
+    check) or keep it on vLLM's own (benchmarks time the two side by side). The check's
+    outcome stands either way: it runs once per processor."""
+    processor.__dict__[_OFF] = not on
+
+
+def frame_path_checked(processor) -> bool | None:
+    """True: the frame path matched vLLM's on its check and serves frames; False: it did not,
+    and vLLM's path serves them for good; None: not checked yet (no frame-sized call)."""
+    return processor.__dict__.get(_MARK)

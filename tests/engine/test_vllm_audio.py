@@ -94,8 +94,11 @@ def test_the_frame_render_equals_vllms_and_falls_back(windowed, monkeypatch, cap
     real = audio_render.frame_fields
     monkeypatch.setattr(audio_render, "frame_fields", lambda *a: calls.append(a) or real(*a))
     try:
-        stock, fast = main(frames, False), main(frames, True)
-        assert len(calls) == 1 and processor.__dict__[audio_render._MARK] is True  # checked
+        processor.__dict__.pop(audio_render._MARK, None)  # as a fresh engine's: unchecked
+        stock = main(frames, False)
+        assert audio_render.frame_path_checked(processor) is None and not calls
+        fast = main(frames, True)
+        assert len(calls) == 1 and audio_render.frame_path_checked(processor) is True
         for key in audio_render.FIELDS:
             assert fast[key].shape == stock[key].shape and fast[key].dtype == stock[key].dtype
             assert torch.allclose(fast[key].float(), stock[key].float(), atol=1e-4)
@@ -104,14 +107,17 @@ def test_the_frame_render_equals_vllms_and_falls_back(windowed, monkeypatch, cap
         main([np.zeros(1000, np.float32)], True)
         assert len(calls) == 1
         # A frame render that differs is caught on its first check and never used.
+        processor.__dict__.pop(audio_render._MARK)
         monkeypatch.setattr(audio_render, "frame_fields", lambda *a: BatchFeature({
             k: v + 1 if k == "input_features" else v for k, v in real(*a).items()}))
         with caplog.at_level("WARNING", logger="engine.audio_render"):
             out = main(frames, True)
         assert "input_features: values differ" in caplog.text
-        assert processor.__dict__[audio_render._MARK] is False
+        assert audio_render.frame_path_checked(processor) is False
         assert torch.equal(out["input_features"], stock["input_features"])
-    finally:
+        assert torch.equal(main(frames, True)["input_features"], stock["input_features"])
+    finally:  # the shared engine's processor checks its next frame afresh
+        processor.__dict__.pop(audio_render._MARK, None)
         audio_render.use_frame_path(processor, True)
 
 
