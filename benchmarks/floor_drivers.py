@@ -1,7 +1,8 @@
 """The drivers of benchmarks/frame_floor.py and benchmarks/floor_capacity.py, on one engine.
 
 - `raw_frames`: vLLM's own async API alone: N streaming-input requests (the API Metronome
-  drives), each appending `tokens_in` tokens every frame period and waiting for `tokens_out`,
+  drives), each appending `tokens_in` tokens every frame period (due at the phase Metronome
+  gives its sessions, `phase_s`) and waiting for `tokens_out`,
   driven by a bare asyncio loop on the engine's thread: no run loop, no store, no ticks (each
   chunk is noted to the engine's step probe, a lock and an add, so StepTap counts its steps).
 - `metronome_frames`: the same load through `Runner`, with suspects switched off by `mode`
@@ -41,7 +42,8 @@ def pct(values: list[float], q: float) -> float:
 
 async def _raw_session(llm, sid: int, frames: int, period_s: float, t0: float,
                        tokens_in: int, tokens_out: int, vocab: int, out: list[float],
-                       first: list[float], sent: dict | None = None, probe=None) -> None:
+                       first: list[float], sent: dict | None = None, probe=None,
+                       clock: str = "due", lags: list | None = None) -> None:
     from vllm import SamplingParams
     from vllm.engine.protocol import StreamingInput
     from vllm.inputs import TokensPrompt
@@ -53,10 +55,14 @@ async def _raw_session(llm, sid: int, frames: int, period_s: float, t0: float,
 
     async def chunks():
         for k in range(frames):
-            await asyncio.sleep(max(0.0, t0 + k * period_s - time.perf_counter()))
-            submitted.append(time.perf_counter())
+            due = t0 + k * period_s
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            now = time.perf_counter()  # after the chunks the loop handled before this one
+            submitted.append(due if clock == "due" else now)
+            if lags is not None:
+                lags.append((now - due) * 1e3)
             if sent is not None:
-                sent.setdefault(k, []).append(submitted[-1])
+                sent.setdefault(k, []).append(now)
             if probe is not None:
                 probe.note_handover(tokens_in)  # as Metronome's consumer does (StepTap)
             ids = [(sid * 7919 + k * tokens_in + j) % vocab for j in range(tokens_in)]
@@ -78,11 +84,38 @@ async def _raw_session(llm, sid: int, frames: int, period_s: float, t0: float,
     first.extend([math.inf] * (frames - len(first)))
 
 
+PHASES = ("tick", "stagger", "1ms")
+# Where a frame's latency starts. `due`: when the frame was due (its tick plus its session's
+# phase), the same instant for both drivers, so what either puts between the tick and the
+# engine counts. `submit`: where each driver stamps its own hand-over: Metronome's run thread
+# before the hop to the engine's loop, raw on that loop once the chunks handled before its own
+# are rendered; so raw's clock skips its wait behind the other sessions' chunks, Metronome's
+# does not (the reading before 2026-12-07's seventh session).
+CLOCKS = ("due", "submit")
+
+
+def phase_s(phase: str, sid: int, frame_s: float) -> float:
+    """When session `sid`'s frames are due within a period, as Metronome starts a fixed load:
+    `tick` every session at the tick (the default, RunConfig.stagger off), `stagger` at
+    (sid mod 8)/8 of a period (runtime/sessions.py with stagger on). `1ms` is the raw driver's
+    old 1 ms per session, which no Metronome run matches (kept to measure what it did)."""
+    if phase not in PHASES:
+        raise ValueError(f"phase {phase!r} is not one of {', '.join(PHASES)}")
+    if phase == "tick":
+        return 0.0
+    return (sid % 8) / 8 * frame_s if phase == "stagger" else sid * 1e-3
+
+
 def raw_frames(engine, sessions: int, frame_ms: float, duration_s: float, tokens_in: int,
                tokens_out: int, first: list[float] | None = None,
-               sent: dict | None = None) -> list[float]:
-    """Frame latencies in ms of `sessions` raw streaming requests on the engine's own loop;
-    `first` (when given) gets each frame's first-token latency (inf: none)."""
+               sent: dict | None = None, phase: str = "tick",
+               clock: str = "due", lags: list | None = None) -> list[float]:
+    """Frame latencies in ms of `sessions` raw streaming requests on the engine's own loop,
+    each session's frames due at its `phase` (phase_s), timed from when each was due (`clock`
+    "due", CLOCKS); `first` (when given) gets each frame's first-token latency (inf: none),
+    `lags` each frame's ms from due to the loop reaching its chunk."""
+    if clock not in CLOCKS:
+        raise ValueError(f"clock {clock!r} is not one of {', '.join(CLOCKS)}")
     frames = int(duration_s * 1e3 / frame_ms)
     out: list[float] = []
     first = [] if first is None else first
@@ -92,9 +125,10 @@ def raw_frames(engine, sessions: int, frame_ms: float, duration_s: float, tokens
     async def drive():
         t0 = time.perf_counter() + 0.05
         await asyncio.gather(*(
-            _raw_session(engine._llm, sid, frames, frame_ms / 1e3, t0 + sid * 1e-3, tokens_in,
+            _raw_session(engine._llm, sid, frames, frame_ms / 1e3,
+                         t0 + phase_s(phase, sid, frame_ms / 1e3), tokens_in,
                          tokens_out, engine.vocab_size, out, firsts[sid], sent,
-                         engine._probe)
+                         engine._probe, clock, lags)
             for sid in range(sessions)))
 
     asyncio.run_coroutine_threadsafe(drive(), engine._loop).result(timeout=duration_s + 120)
@@ -148,22 +182,43 @@ class StepTap:
 
 
 class _Latencies:
-    """An observer: every frame row's latency (inf: censored or never submitted) and how many
-    frames were skipped (never submitted: the engine still owed the session's previous frame,
-    a rule raw does not have: it queues every chunk)."""
+    """An observer: every frame row's latency (inf: censored or never submitted), from when
+    the frame was due (`clock` due: its tick plus its session's phase) or from the run
+    thread's submit (`clock` submit, the store's latency_ms); how many frames were skipped
+    (never submitted: the engine still owed the session's previous frame, a rule raw does not
+    have: it queues every chunk); and each submitted frame's lag from due to submit."""
 
-    def __init__(self, sent: dict | None = None) -> None:
+    def __init__(self, config, clock: str = "due", sent: dict | None = None) -> None:
+        if clock not in CLOCKS:
+            raise ValueError(f"clock {clock!r} is not one of {', '.join(CLOCKS)}")
+        self.frame_s, self.clock = config.frame_ms / 1e3, clock
+        self.phase = "stagger" if config.stagger and config.load == "fixed" else "tick"
         self.ms: list[float] = []
+        self.lag_ms: list[float] = []
         self.skipped = 0
         self.sent = {} if sent is None else sent  # frame index → its sessions' submissions
 
+    def due(self, session_id: int, t_submit: float) -> float:
+        """The run-relative time the frame submitted at `t_submit` was due: its session's
+        phase on the tick grid (runtime/sessions.py; opens move a start by whole periods)."""
+        phase = phase_s(self.phase, session_id, self.frame_s)
+        return phase + math.floor((t_submit - phase) / self.frame_s + 1e-6) * self.frame_s
+
     def observe(self, table: str, row: dict) -> None:
-        if table == "frames":
-            latency = row["latency_ms"]
-            self.ms.append(math.inf if latency is None else latency)
-            self.skipped += bool(row["skipped"])
-            if not row["skipped"]:
-                self.sent.setdefault(row["frame_idx"], []).append(row["t_submit"])
+        if table != "frames":
+            return
+        latency = row["latency_ms"]
+        self.skipped += bool(row["skipped"])
+        if row["skipped"]:
+            self.ms.append(math.inf)
+            return
+        self.sent.setdefault(row["frame_idx"], []).append(row["t_submit"])
+        lag_ms = (row["t_submit"] - self.due(row["session_id"], row["t_submit"])) * 1e3
+        self.lag_ms.append(lag_ms)
+        if latency is None:
+            self.ms.append(math.inf)
+        else:
+            self.ms.append(latency + (lag_ms if self.clock == "due" else 0.0))
 
 
 class _DroppingWriter:
@@ -194,9 +249,11 @@ class _StoreView:
         return self._store.cursor()
 
 
-def metronome_frames(engine, config, store, mode: str = "full", sent: dict | None = None):
+def metronome_frames(engine, config, store, mode: str = "full", sent: dict | None = None,
+                     clock: str = "due", lags: list | None = None):
     """(frame latencies in ms, the run's RunSummary, the share of frames skipped) of a Runner
-    run in `mode` (MODES); `sent` (when given) gets each frame index's submission times."""
+    run in `mode` (MODES), timed by `clock` (CLOCKS); `sent` (when given) gets each frame
+    index's submission times, `lags` each submitted frame's ms from due to submit."""
     from runtime import Runner
 
     if mode not in MODES:
@@ -209,7 +266,7 @@ def metronome_frames(engine, config, store, mode: str = "full", sent: dict | Non
         cls = _NoTick
     view = store if mode in ("full", "notick", "db1") else _StoreView(store, _DroppingWriter(
         store.writer))
-    latencies = _Latencies(sent)
+    latencies = _Latencies(config, clock, sent)
     cur = store.cursor()
     (threads,) = cur.execute("SELECT current_setting('threads')").fetchone()
     if mode == "db1":
@@ -218,6 +275,8 @@ def metronome_frames(engine, config, store, mode: str = "full", sent: dict | Non
         summary = cls(config, engine, view, observers=[latencies]).run()
     finally:
         cur.execute(f"SET threads = {int(threads)}")  # the store's count (store.db_threads)
+    if lags is not None:
+        lags.extend(latencies.lag_ms)
     return latencies.ms, summary, latencies.skipped / max(1, len(latencies.ms))
 
 
