@@ -154,10 +154,15 @@ class Runner:
             self._push(0.0, "tick", 0)  # each tick pushes the next: the heap stays small
             if self.inlet is not None:
                 self._push(0.0, "poll", 0)
+            self.recorder.hold(True)  # an instant's rows go to the writer after its submits
+            instant = 0.0
             while self._heap and not self._stop.is_set():
                 t_rel, _, _, kind, payload = heapq.heappop(self._heap)
                 if t_rel >= cfg.duration_s - 1e-9:
                     break  # the run is [0, duration): nothing starts at its end
+                if t_rel > instant:
+                    self.recorder.release()
+                    instant = t_rel
                 self.engine.sleep_until(t0 + t_rel)
                 if kind == "tick":
                     self._on_tick(payload, t_rel)
@@ -183,6 +188,7 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - recorded, the data so far is kept
             status, reason = "failed", f"{type(exc).__name__}: {exc}"
             logger.exception("run %s failed", self.run_id)
+        self.recorder.hold(False)
         writer.quiet.remove(self.sessions.in_flight.wait_idle)
         end_rel = self.engine.now() - t0
         if status == "finished":

@@ -69,10 +69,31 @@ class Recorder:
         self.rank_silent: Counter = Counter()
         self._tick_rank_frames: Counter = Counter()
         self._tick_rank_silent: Counter = Counter()
+        self._held: dict[str, list[dict]] | None = None  # rows of this instant (hold)
 
     # --- rows ---------------------------------------------------------------------------------
+    def hold(self, on: bool) -> None:
+        """While on, rows wait here until `release` (the loop's end of an instant) instead of
+        going to the writer one by one: each put wakes the writer thread, and a wake inside a
+        burst of submits takes the GIL between them (benchmarks/frame_floor.py, due to submit).
+        Off releases what is held."""
+        if not on:
+            self.release()
+        self._held = {} if on else None
+
+    def release(self) -> None:
+        """Hand the held rows to the writer, one batch per table, in the order they came."""
+        if not self._held:
+            return
+        held, self._held = self._held, {}
+        for table, rows in held.items():
+            self.writer.add_many(table, rows)
+
     def add(self, table: str, row: dict) -> None:
-        self.writer.add(table, row)
+        if self._held is not None:
+            self._held.setdefault(table, []).append(row)
+        else:
+            self.writer.add(table, row)
         for observer in self.observers:
             try:
                 observer.observe(table, row)

@@ -48,11 +48,14 @@ class ListWriter:
     def __init__(self) -> None:
         self.rows: dict[str, list[dict]] = defaultdict(list)
         self.statements: list[tuple[str, list]] = []
+        self.puts: list[tuple[str, int]] = []  # (table, rows) per call: each wakes the writer
 
     def add(self, table: str, row: dict) -> None:
-        self.rows[table].append(row)
+        self.add_many(table, [row])
 
     def add_many(self, table: str, rows) -> None:
+        rows = list(rows)
+        self.puts.append((table, len(rows)))
         self.rows[table].extend(rows)
 
     def execute(self, sql: str, params) -> None:

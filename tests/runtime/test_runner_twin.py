@@ -106,3 +106,22 @@ def test_operator_stop_ends_the_run_as_aborted(store):
     runner.stop("test stop")
     s = runner.run()
     assert s.status == "aborted" and s.reason == "test stop"
+
+
+def test_an_instants_frames_reach_the_writer_as_one_batch(store, monkeypatch):
+    # Each put on the writer's queue wakes its thread; one per row, inside an instant's burst
+    # of submits, took the GIL between them (benchmarks/frame_floor.py's due-to-submit lag).
+    puts = []
+    add_many = store.writer.add_many
+
+    def counting(table, rows):
+        puts.append((table, len(rows)))
+        add_many(table, rows)
+
+    monkeypatch.setattr(store.writer, "add_many", counting)
+    s = execute(RunConfig(policy="window", window=128, **LOAD), store)
+    frames = [n for table, n in puts if table == "frames"]
+    assert sum(frames) == s.frames == frame_counts(store.cursor(), s.run_id)["frames"]
+    # 12 sessions on the tick grid: an instant finalises several frames, put together (one
+    # put per frame row would make len(frames) == s.frames).
+    assert max(frames) >= 2 and len(frames) <= s.frames / 2

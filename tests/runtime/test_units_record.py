@@ -95,3 +95,28 @@ def test_a_failing_observer_is_dropped_and_the_rows_still_go_to_the_store():
     rec.event(0.1, "tick")
     assert [r["kind"] for r in rec.writer.rows["events"]] == ["start", "tick"]
     assert seen == ["events", "events"] and len(rec.observers) == 1
+
+
+def test_held_rows_reach_the_writer_in_one_batch_per_table_and_observers_at_once():
+    seen = []
+
+    class Keeps:
+        def observe(self, table, row):
+            seen.append(table)
+
+    rec = recorder(observers=(Keeps(),))
+    rec.hold(True)
+    rows = [rec.frame(s, 0, 0.0, handle(0.0, (0.02,) * 4, done_at=0.03), now=0.16)
+            for s in range(3)]
+    rec.event(0.16, "open", session_id=3)
+    # Held: the writer (whose every put wakes its thread) has nothing yet; observers have all.
+    assert rec.writer.puts == [] and seen == ["frames"] * 3 + ["events"]
+    rec.release()
+    assert rec.writer.puts == [("frames", 3), ("events", 1)]
+    assert rec.writer.rows["frames"] == rows
+    rec.release()  # nothing held: nothing put
+    rec.event(0.2, "close", session_id=3)
+    rec.hold(False)  # off hands over what is held, then rows go straight through
+    rec.event(0.3, "close", session_id=2)
+    assert rec.writer.puts[2:] == [("events", 1), ("events", 1)]
+    assert [r["kind"] for r in rec.writer.rows["events"]] == ["open", "close", "close"]
