@@ -10,8 +10,9 @@ twice in a row; a driver's N_c is the largest load below its first failure that 
 Then each N_c and the load above it are probed again (`--confirms` times, interleaved), and a
 load counts as passing when it passed in most of its probes. The table also gives each
 driver's count load by load: the largest load up to which every load probed passed in most
-of its probes (a first failure whose confirms passed does not end it). Frame latency and silence as in
-benchmarks/floor_drivers.py (a frame with no answer, or never submitted, is silent).
+of its probes (a first failure whose confirms passed does not end it). Frame latency and
+silence as in benchmarks/floor_drivers.py: from when each frame was due, every session's due
+at the tick, for both drivers (a frame with no answer, or never submitted, is silent).
 
     .venv/bin/python benchmarks/floor_capacity.py [--periods 80 160] [--probe-s 4]
         [--confirms 2] [--max-sessions 64]

@@ -28,15 +28,17 @@ def windowed(vllm_engines):
 
 
 def _features_digest(engine, audio):
-    """The sha1 of the input features the model's own processor makes of `audio`: what the
-    encoder must see for this frame."""
+    """The sha1 of the input features the model's own processor makes of `audio`, in the
+    model's dtype as vLLM casts them (bf16 where the CPU computes it: engine/dtype.py), read
+    back as float32 as the encoder's counter reads them: what the encoder must see."""
+    import torch
     from transformers import AutoProcessor
 
     processor = AutoProcessor.from_pretrained(str(engine.model_path))
     feats = processor.feature_extractor(audio, sampling_rate=16_000, max_length=len(audio),
-                                        padding="max_length", return_tensors="np")
-    return hashlib.sha1(np.ascontiguousarray(feats["input_features"][0],
-                                             dtype=np.float32).tobytes()).hexdigest()
+                                        padding="max_length", return_tensors="pt")
+    cast = feats["input_features"][0].to(getattr(torch, engine.dtype)).float()
+    return hashlib.sha1(np.ascontiguousarray(cast.numpy()).tobytes()).hexdigest()
 
 
 def _frame(engine, session_id, audio):
