@@ -12,6 +12,8 @@
              DataFrames, no DuckDB while the run runs (run rows still go through)
     notick   the tick does nothing (no telemetry, control sample, tick row)
     bare     nostore and notick: what is left is the run thread's frame path itself
+    perrow   full, with each row put on the writer's queue as it comes (Recorder.hold off: the
+             recorder before 2026-12-07's seventh session, a writer wake per row)
     db1      full, with the database's DuckDB on one thread (`SET threads = 1` for the run):
              whether DuckDB's own worker threads, not its work, cost the engine's processes
              (the same as full where store.db_threads is already 1; METRONOME_DB_THREADS=2
@@ -28,7 +30,7 @@ import asyncio
 import math
 import time
 
-MODES = ("full", "nostore", "notick", "bare", "db1")
+MODES = ("full", "nostore", "notick", "bare", "db1", "perrow")
 _BULK = frozenset({"frames", "ticks", "events", "steps", "rank_ticks"})
 
 
@@ -264,15 +266,18 @@ def metronome_frames(engine, config, store, mode: str = "full", sent: dict | Non
             def _on_tick(self, k: int, t_rel: float) -> None:
                 pass
         cls = _NoTick
-    view = store if mode in ("full", "notick", "db1") else _StoreView(store, _DroppingWriter(
-        store.writer))
+    view = store if mode in ("full", "notick", "db1", "perrow") else _StoreView(
+        store, _DroppingWriter(store.writer))
     latencies = _Latencies(config, clock, sent)
     cur = store.cursor()
     (threads,) = cur.execute("SELECT current_setting('threads')").fetchone()
     if mode == "db1":
         cur.execute("SET threads = 1")  # the database instance's, every cursor's
     try:
-        summary = cls(config, engine, view, observers=[latencies]).run()
+        runner = cls(config, engine, view, observers=[latencies])
+        if mode == "perrow":
+            runner.recorder.hold = lambda on: None  # release() then finds nothing held
+        summary = runner.run()
     finally:
         cur.execute(f"SET threads = {int(threads)}")  # the store's count (store.db_threads)
     if lags is not None:
