@@ -94,6 +94,7 @@ PHASES = ("tick", "stagger", "1ms")
 # are rendered; so raw's clock skips its wait behind the other sessions' chunks, Metronome's
 # does not (the reading before 2026-12-07's seventh session).
 CLOCKS = ("due", "submit")
+RAW_GRACE_S = 10.0  # after a raw run's last frame was due: then what is unanswered is censored
 
 
 def phase_s(phase: str, sid: int, frame_s: float) -> float:
@@ -126,16 +127,24 @@ def raw_frames(engine, sessions: int, frame_ms: float, duration_s: float, tokens
 
     async def drive():
         t0 = time.perf_counter() + 0.05
-        await asyncio.gather(*(
-            _raw_session(engine._llm, sid, frames, frame_ms / 1e3,
-                         t0 + phase_s(phase, sid, frame_ms / 1e3), tokens_in,
-                         tokens_out, engine.vocab_size, out, firsts[sid], sent,
-                         engine._probe, clock, lags)
-            for sid in range(sessions)))
+        try:
+            # Raw queues every chunk: over its capacity the backlog never drains, so the run
+            # ends a grace after its last frame was due and what is unanswered is censored
+            # (cancelling generate() aborts the requests).
+            await asyncio.wait_for(asyncio.gather(*(
+                _raw_session(engine._llm, sid, frames, frame_ms / 1e3,
+                             t0 + phase_s(phase, sid, frame_ms / 1e3), tokens_in,
+                             tokens_out, engine.vocab_size, out, firsts[sid], sent,
+                             engine._probe, clock, lags)
+                for sid in range(sessions))), timeout=duration_s + RAW_GRACE_S)
+        except asyncio.TimeoutError:
+            pass
 
-    asyncio.run_coroutine_threadsafe(drive(), engine._loop).result(timeout=duration_s + 120)
+    asyncio.run_coroutine_threadsafe(drive(), engine._loop).result(
+        timeout=duration_s + RAW_GRACE_S + 60)
+    out.extend([math.inf] * (sessions * frames - len(out)))
     for session_first in firsts:
-        first.extend(session_first)
+        first.extend(session_first + [math.inf] * (frames - len(session_first)))
     return out
 
 
