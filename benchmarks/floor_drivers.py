@@ -211,7 +211,9 @@ class _Latencies:
 
     def due(self, session_id: int, t_submit: float) -> float:
         """The run-relative time the frame submitted at `t_submit` was due: its session's
-        phase on the tick grid (runtime/sessions.py; opens move a start by whole periods)."""
+        phase on the tick grid (runtime/sessions.py; opens move a start by whole periods). A
+        submit more than a period late would read as due on a later tick: the lag is under a
+        millisecond in these runs."""
         phase = phase_s(self.phase, session_id, self.frame_s)
         return phase + math.floor((t_submit - phase) / self.frame_s + 1e-6) * self.frame_s
 

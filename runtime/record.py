@@ -1,8 +1,9 @@
 """Recording a run: each frame's outcome (this is where a frame's latency is decided), events,
 and the counters the summary reads.
 
-Rows go to the store's writer queue and to any observers (e.g. the Prometheus exporter); the
-run thread never waits on DuckDB. A frame is finalised once its deadline has passed (at its
+Rows go to the store's writer queue (held while the loop handles one instant, then one put per
+table: `hold`) and at once to any observers (e.g. the Prometheus exporter); the run thread
+never waits on DuckDB. A frame is finalised once its deadline has passed (at its
 session's next frame time, or at close), so `tokens_by(deadline)` is what it had on time.
 """
 
