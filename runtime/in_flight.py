@@ -15,7 +15,6 @@ import time
 from engine.contract import FrameHandle
 
 PRUNE_AT = 64  # handles kept before the done ones are dropped on the next add
-ROWS_MARGIN_S = 0.002  # held rows go to the writer at least this long before the next event
 
 
 class InFlight:
@@ -46,10 +45,3 @@ class InFlight:
             if left <= 0:
                 return False
             pending[0].wait(left)
-
-    def settle(self, left_s: float) -> bool:
-        """The run thread, before it hands an instant's rows to the store's writer: wait until
-        no frame is in flight, at most until ROWS_MARGIN_S before `left_s` (its next event)
-        runs out, so the writer's wake lands in the engine's idle time rather than under a
-        frame (benchmarks/frame_floor.py, one session, `--clock submit`)."""
-        return self.wait_idle(left_s - ROWS_MARGIN_S)

@@ -154,15 +154,13 @@ class Runner:
             self._push(0.0, "tick", 0)  # each tick pushes the next: the heap stays small
             if self.inlet is not None:
                 self._push(0.0, "poll", 0)
-            self.recorder.hold(True)  # an instant's rows go to the writer once its frames are done
+            self.recorder.hold(True)  # an instant's rows go to the writer after its submits
             instant = 0.0
             while self._heap and not self._stop.is_set():
                 t_rel, _, _, kind, payload = heapq.heappop(self._heap)
                 if t_rel >= cfg.duration_s - 1e-9:
                     break  # the run is [0, duration): nothing starts at its end
                 if t_rel > instant:
-                    if not self.engine.simulated:  # a twin's frames finish in sleep_until
-                        self.sessions.in_flight.settle(t0 + t_rel - self.engine.now())
                     self.recorder.release()
                     instant = t_rel
                 self.engine.sleep_until(t0 + t_rel)

@@ -74,10 +74,10 @@ class Recorder:
 
     # --- rows ---------------------------------------------------------------------------------
     def hold(self, on: bool) -> None:
-        """While on, rows wait here until `release` (the loop's end of an instant, once its
-        frames are done: InFlight.settle) instead of going to the writer one by one: each put
-        wakes the writer thread, and a wake inside a burst of submits takes the GIL between
-        them (benchmarks/frame_floor.py, due to submit). Off releases what is held."""
+        """While on, rows wait here until `release` (the loop's end of an instant) instead of
+        going to the writer one by one: each put wakes the writer thread, and a wake inside a
+        burst of submits takes the GIL between them (benchmarks/frame_floor.py, due to submit).
+        Off releases what is held."""
         if not on:
             self.release()
         self._held = {} if on else None
@@ -88,15 +88,6 @@ class Recorder:
             return
         held, self._held = self._held, {}
         for table, rows in held.items():
-            self.writer.add_many(table, rows)
-
-    def store_rows(self, table: str, rows: list[dict]) -> None:
-        """Rows only the store reads (no observer): held like `add`'s while holding."""
-        if not rows:
-            return
-        if self._held is not None:
-            self._held.setdefault(table, []).extend(rows)
-        else:
             self.writer.add_many(table, rows)
 
     def add(self, table: str, row: dict) -> None:

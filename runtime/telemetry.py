@@ -148,7 +148,7 @@ class Telemetry:
             self._write_ranks(k, sample.t_rel, live_by_rank)
         # vars(), not asdict(): asdict deep-copies every field, a tick's largest cost on the
         # run thread while it holds the GIL (issue 39's profile); the fields are numbers.
-        rec.store_rows("steps", [
+        rec.writer.add_many("steps", [
             {**vars(step), "t": step.t - rec.t0, "run_id": rec.run_id}
             for step in self.engine.drain_step_stats()])
 

@@ -77,21 +77,3 @@ def test_in_flight_waits_for_every_pending_frame():
 def test_quiet_waits_refuses_a_bad_budget():
     with pytest.raises(ValueError, match="budget_s=-1"):
         QuietWaits(-1)
-
-
-def test_the_run_thread_settles_its_rows_after_the_frames_in_flight_or_before_its_next_event():
-    from runtime.in_flight import ROWS_MARGIN_S
-
-    flight = InFlight()
-    handle = FrameHandle(1, time.perf_counter(), 4)
-    flight.add(handle)
-    threading.Timer(0.05, lambda: handle.finish(time.perf_counter())).start()
-    t = time.monotonic()
-    assert flight.settle(5.0)  # returns when the frame is done, not at the next event
-    assert handle.t_done is not None and time.monotonic() - t < 4.0
-    stuck = FrameHandle(2, time.perf_counter(), 4)  # a stalled engine: never done
-    flight.add(stuck)
-    t = time.monotonic()
-    assert not flight.settle(0.1)  # gives up ROWS_MARGIN_S before its next event
-    assert time.monotonic() - t >= 0.1 - ROWS_MARGIN_S - 0.01
-    assert not flight.settle(ROWS_MARGIN_S / 2)  # no time left: hands over at once
