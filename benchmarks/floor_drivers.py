@@ -98,15 +98,18 @@ RAW_GRACE_S = 10.0  # after a raw run's last frame was due: then what is unanswe
 
 
 def phase_s(phase: str, sid: int, frame_s: float) -> float:
-    """When session `sid`'s frames are due within a period, as Metronome starts a fixed load:
-    `tick` every session at the tick (the default, RunConfig.stagger off), `stagger` at
-    (sid mod 8)/8 of a period (runtime/sessions.py with stagger on). `1ms` is the raw driver's
-    old 1 ms per session, which no Metronome run matches (kept to measure what it did)."""
+    """When session `sid`'s frames are due within a period, as Metronome starts a fixed load
+    that arrives at 0 (load_gen.trace_load.session_start, the runtime's rule): `tick` every
+    session at the tick (RunConfig.stagger off), `stagger` phased over the period (on). `1ms`
+    is the raw driver's old 1 ms per session, which no Metronome run matches (kept to measure
+    what it did)."""
+    from load_gen.trace_load import session_start
+
     if phase not in PHASES:
         raise ValueError(f"phase {phase!r} is not one of {', '.join(PHASES)}")
-    if phase == "tick":
-        return 0.0
-    return (sid % 8) / 8 * frame_s if phase == "stagger" else sid * 1e-3
+    if phase == "1ms":
+        return sid * 1e-3
+    return session_start(0.0, sid, frame_s, phase == "stagger", "fixed")
 
 
 def raw_frames(engine, sessions: int, frame_ms: float, duration_s: float, tokens_in: int,

@@ -158,10 +158,13 @@ def table(rows: list[dict], budget: float, out=print) -> dict:
             ratios[driver]["p95"].append(r95)
             miss = sum(raw[r["run"]]["p95"] <= budget < r["p95"] for r in mine)
             skipped = statistics.median(r["skipped"] for r in mine)
-            lost = sum(r.get("rows_lost", 0) or 0 for r in mine)  # raw has no store
+            # Raw has no store; nostore and bare drop their bulk rows before the writer by
+            # design, so a count of rows lost would say nothing of what they never kept.
+            lost = sum(r["rows_lost"] for r in mine) if driver in MODES and driver not in (
+                "nostore", "bare") else "–"
             out(f"| {n} | {driver} | {_ms(p50, budget)} | {_ms(p95, budget)} | {r50:.2f} "
                 f"| {r95:.2f} | {silent:.1%} ({skipped:.1%}) | {miss} of {len(mine)} runs "
-                f"| {lost if driver in MODES else ''} |")
+                f"| {lost} |")
     overall = {d: {q: round(statistics.median(v), 3) for q, v in r.items() if v}
                for d, r in ratios.items()}
     for driver, r in overall.items():
